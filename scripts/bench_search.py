@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Sample efficiency of the study's search strategy against plain Optuna samplers.
+
+    python scripts/bench_search.py --space spaces/demo.yaml --landscape L.py --trials 60 --seeds 5 --json
+
+Each trial goes through `search.strategy.Strategy` exactly as `search study run` drives it
+(sampler, warm start, sweep, pruning, constraints); only the server and HTTP are replaced by
+direct calls to the landscape with relative measurement noise. Simulated GPU time per trial:
+the landscape's phase durations up to the crash (a hang costs the phase's timeout), then one
+level duration per ladder level actually run. At a level, min(concurrency, effective
+max_running_requests) requests decode at once; p99 ITL is 1000 * running / tok/s.
+
+The optimum is found by enumerating the space on a fine grid. Reported per sampler, medians
+over seeds: trials (that started a server) and GPU hours until the study's best config (chosen by
+measured value, judged by its true value) reaches 95% / 99% of the optimum, and the best found
+within N trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import optuna
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from search.strategy import SpaceLike, Strategy, configs_of, grid_space  # noqa: E402
+
+PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
+DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "warmup": 10.0}
+DEFAULT_TIMEOUT = 900.0
+SAMPLER_KINDS = ("ours", "tpe", "random", "grid")
+OPTIMUM_POINTS = 9
+
+
+@dataclass
+class Problem:
+    """What a study needs of a space, with the config -> landscape flags conversion."""
+
+    space: SpaceLike
+    concurrency: list[int]
+    level_seconds: float
+    to_flags: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, str]]]
+    itl_slo_ms: float | None = None
+    timeouts: dict[str, float] = field(default_factory=dict)
+
+
+def load_problem(path: Path) -> Problem:
+    """A space file through the real modules: `load_space`, `render`, the version's manifest."""
+    from search import manifests
+    from search.profile import render
+    from search.space import load_space
+
+    space = load_space(path)
+    manifest = manifests.load(space.sglang_version)
+
+    def to_flags(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        profile = render(space, config)
+        return manifest.parse(profile.args).values, dict(profile.env)
+
+    slos = space.slos
+    itl = getattr(slos, "p99_itl_ms", None) if not isinstance(slos, Mapping) else slos.get("p99_itl_ms")
+    return Problem(space=space, concurrency=list(space.load_test.concurrency),
+                   level_seconds=float(space.load_test.duration), to_flags=to_flags, itl_slo_ms=itl,
+                   timeouts=dict(space.timeouts or {}))
+
+
+def load_landscape(path: Path) -> ModuleType:
+    """A landscape file (issue 3's interface), imported by path as the emulator does."""
+    spec = importlib.util.spec_from_file_location(f"landscape_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"error: cannot import landscape {path}: give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Simulator:
+    """Runs a config on a landscape: startup outcome, per-level throughput, GPU seconds."""
+
+    def __init__(self, problem: Problem, landscape: ModuleType) -> None:
+        self.problem = problem
+        self.land = landscape
+        self._flags: dict[tuple, tuple[dict[str, Any], dict[str, str]]] = {}
+
+    def flags(self, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        key = tuple(sorted(config.items()))
+        if key not in self._flags:
+            self._flags[key] = self.problem.to_flags(config)
+        return self._flags[key]
+
+    def phases(self, flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
+        fn = getattr(self.land, "phase_seconds", None)
+        return dict(fn(flags, env)) if fn else dict(DEFAULT_PHASE_SECONDS)
+
+    def startup(self, config: dict[str, Any]) -> tuple[dict | None, float]:
+        """(failure or None, GPU seconds spent starting up)."""
+        flags, env = self.flags(config)
+        phases = self.phases(flags, env)
+        failure = self.land.startup(flags, env)
+        if failure is None:
+            return None, sum(phases.values())
+        cut = PHASES.index(failure["phase"]) if failure["phase"] in PHASES else len(PHASES) - 1
+        spent = sum(phases.get(p, 0.0) for p in PHASES[:cut])
+        if failure.get("hang"):
+            spent += self.problem.timeouts.get(failure["phase"], DEFAULT_TIMEOUT)
+        else:
+            spent += phases.get(failure["phase"], 0.0)
+        return failure, spent
+
+    def corrupt(self, config: dict[str, Any]) -> bool:
+        fn = getattr(self.land, "corrupt", None)
+        return bool(fn(*self.flags(config))) if fn else False
+
+    def level(self, config: dict[str, Any], concurrency: int, noise: float, rng: random.Random) -> tuple[float, bool]:
+        """(output tok/s, SLO met) at one ladder level."""
+        flags, env = self.flags(config)
+        cap = flags.get("max_running_requests")
+        if cap is None and hasattr(self.land, "max_running_requests"):
+            cap = self.land.max_running_requests(flags, env)
+        running = max(1, min(concurrency, cap or concurrency))
+        value = self.land.throughput(flags, env, running) * (1.0 + rng.gauss(0.0, noise) if noise else 1.0)
+        slo = self.problem.itl_slo_ms
+        return value, slo is None or value <= 0 or 1000.0 * running / value <= slo
+
+    def true_value(self, config: dict[str, Any]) -> float | None:
+        """Noise-free objective; None when the config crashes, hangs, corrupts or meets no SLO."""
+        if self.startup(config)[0] is not None or self.corrupt(config):
+            return None
+        rng = random.Random(0)
+        ok = [v for v, met in (self.level(config, c, 0.0, rng) for c in self.problem.concurrency) if met]
+        return max(ok) if ok else None
+
+
+def optimum(sim: Simulator) -> tuple[float, dict[str, Any]]:
+    """The landscape's best feasible config on a fine grid of the space."""
+    best: tuple[float, dict[str, Any]] = (0.0, {})
+    for config in configs_of(grid_space(sim.problem.space, OPTIMUM_POINTS), sim.problem.space):
+        value = sim.true_value(config)
+        if value is not None and value > best[0]:
+            best = (value, config)
+    return best
+
+
+def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
+    """"ours" is the product's strategy; the others are plain Optuna samplers, unguided."""
+    if kind == "ours":
+        return Strategy(space, "tpe", seed=seed)
+    if kind == "tpe":
+        return Strategy(space, optuna.samplers.TPESampler(seed=seed), guided=False)
+    if kind in ("random", "grid"):
+        return Strategy(space, kind, seed=seed, guided=False)
+    raise SystemExit(f"error: unknown sampler {kind!r}: one of {', '.join(SAMPLER_KINDS)}")
+
+
+def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float) -> list[dict[str, Any]]:
+    """One study of n_trials server starts; per trial the incumbent's true value and GPU hours so far."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rng = random.Random(seed * 7919 + 1)
+    strategy = make_strategy(kind, sim.problem.space, seed)
+    study = optuna.create_study(direction="maximize", sampler=strategy.sampler)
+    strategy.start(study)
+    gpu = 0.0
+    curve: list[dict[str, Any]] = []
+    while len(curve) < n_trials:
+        try:
+            trial, config = strategy.ask(study)
+        except RuntimeError:  # the grid is exhausted
+            break
+        failure, spent = sim.startup(config)
+        gpu += spent
+        if failure is not None:
+            strategy.tell(study, trial, "crashed", failure=failure)
+        elif sim.corrupt(config):
+            strategy.tell(study, trial, "pruned", answers_differ=True)
+        else:
+            met: list[float] = []
+            pruned = False
+            for step, concurrency in enumerate(sim.problem.concurrency):
+                value, ok = sim.level(config, concurrency, noise, rng)
+                gpu += sim.problem.level_seconds
+                if ok:
+                    met.append(value)
+                if not strategy.on_level(study, trial, step, concurrency, value):
+                    pruned = step < len(sim.problem.concurrency) - 1
+                    if pruned:
+                        break
+            if pruned:
+                strategy.tell(study, trial, "pruned", slo_ok=bool(met))
+            else:
+                strategy.tell(study, trial, "completed", objective=max(met) if met else 0.0, slo_ok=bool(met))
+        best = strategy.incumbent(study)
+        true = sim.true_value(dict(best.params)) if best is not None else None
+        curve.append({"true": true or 0.0, "gpu_hours": gpu / 3600.0})
+    return curve
+
+
+def _median(values: list[float | None]) -> float | None:
+    """Median where None (never reached) counts as worse than any number; None if the median is."""
+    ranked = sorted(values, key=lambda v: float("inf") if v is None else v)
+    mid = ranked[(len(ranked) - 1) // 2: len(ranked) // 2 + 1]
+    if any(v is None for v in mid):
+        return None
+    return float(statistics.mean(mid))  # type: ignore[arg-type]
+
+
+def summarize(curves: list[list[dict[str, Any]]], best: float) -> dict[str, Any]:
+    """Medians over seeds of trials / GPU hours to 95% and 99% and the best fraction within N."""
+    out: dict[str, Any] = {}
+    for pct in (95, 99):
+        trials, hours = [], []
+        for curve in curves:
+            hit = next((i for i, p in enumerate(curve) if p["true"] >= best * pct / 100.0), None)
+            trials.append(None if hit is None else hit + 1)
+            hours.append(None if hit is None else curve[hit]["gpu_hours"])
+        out[f"trials_to_{pct}"] = _median(trials)
+        out[f"gpu_hours_to_{pct}"] = _median(hours)
+    finals = [curve[-1]["true"] / best if curve else 0.0 for curve in curves]
+    out["best_fraction"] = round(statistics.median(finals), 4)
+    out["gpu_hours_total"] = _median([curve[-1]["gpu_hours"] if curve else 0.0 for curve in curves])
+    return out
+
+
+def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, noise: float,
+          samplers: tuple[str, ...] = SAMPLER_KINDS) -> dict[str, Any]:
+    """The whole benchmark for one space and landscape, as a JSON-ready dict."""
+    sim = Simulator(problem, landscape)
+    best, best_config = optimum(sim)
+    if best <= 0:
+        raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
+    results = {kind: summarize([run_study(sim, kind, seed, trials, noise) for seed in range(seeds)], best)
+               for kind in samplers}
+    ours, tpe = results.get("ours"), results.get("tpe")
+    ratio = None
+    if ours and tpe and ours["gpu_hours_to_95"] is not None and tpe["gpu_hours_to_95"]:
+        ratio = round(ours["gpu_hours_to_95"] / tpe["gpu_hours_to_95"], 3)
+    return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
+            "optimum": {"value": round(best, 1), "config": best_config},
+            "samplers": results, "ours_gpu_hours_to_95_vs_tpe": ratio}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", type=Path, required=True)
+    parser.add_argument("--landscape", type=Path, required=True)
+    parser.add_argument("--trials", type=int, default=60)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--noise", type=float, default=0.025, help="relative std of a measurement")
+    parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    result = bench(load_problem(args.space), load_landscape(args.landscape), trials=args.trials,
+                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    print(f"{result['landscape']}: optimum {result['optimum']['value']} tok/s; medians over {args.seeds} seeds")
+    print(f"{'sampler':8} {'t95':>6} {'t99':>6} {'h95':>7} {'h99':>7} {'best@N':>7}")
+    for kind, r in result["samplers"].items():
+        cells = [r["trials_to_95"], r["trials_to_99"], r["gpu_hours_to_95"], r["gpu_hours_to_99"]]
+        text = ["-" if c is None else f"{c:.1f}" for c in cells]
+        print(f"{kind:8} {text[0]:>6} {text[1]:>6} {text[2]:>7} {text[3]:>7} {r['best_fraction']:>7.3f}")
+    print(f"ours GPU hours to 95% / plain TPE: {result['ours_gpu_hours_to_95_vs_tpe']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

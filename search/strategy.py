@@ -1,0 +1,356 @@
+"""How a study searches: the sampler, warm start, the one-flag sweep, pruning and what each outcome tells Optuna.
+
+`search study run` and `scripts/bench_search.py` both drive trials through one `Strategy`, so the
+sample efficiency measured by the benchmark is the product's. Plain TPE knows nothing about our
+problem; the strategy adds what we know:
+
+- the baseline is the user's working config: it runs first, then a coordinate sweep changes one
+  parameter at a time from the best config so far (greedy), which finds the big single-flag wins
+  (a cap removed, graphs off, another backend) in a handful of trials and maps crashing values;
+- then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials;
+- the ladder gives early evidence: a trial below the space's per-level target, or well below what
+  completed trials reached at the same level, is pruned after that level;
+- a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
+  it); a value that crashed alone in the sweep is not started again; an exact repeat of a measured
+  config is not started again (noise is handled by the end-of-study re-measurement instead);
+- an infrastructure fault is FAIL and the same parameters are enqueued again.
+
+The history lives entirely in the study (user attributes), so a resumed study continues the plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from search.errors import BadInput
+
+SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
+OUTCOMES: tuple[str, ...] = ("completed", "crashed", "pruned", "infrastructure")
+CONSTRAINTS: tuple[str, ...] = ("crashed", "slo", "correctness")
+
+# A level below this fraction of the best completed trial's value at that level is pruned.
+PRUNE_RATIO = 0.6
+# Completed trials needed at a level before the relative rule prunes at it.
+PRUNE_MIN_COMPLETED = 2
+# Points per numeric parameter in the sweep and the grid sampler.
+NUMERIC_POINTS = 3
+# Proposals the sampler may make per `ask` before a repeat or known crash is run anyway.
+MAX_SKIPS = 30
+
+_TAG = "strategy"  # user attr: "baseline" | "known" | "sweep" | "sampler"
+_SWEEP_PARAM = "sweep_param"
+_SKIPPED = "skipped"
+
+
+class SpaceLike(Protocol):
+    """What the strategy needs of `search.space.Space`."""
+
+    baseline: dict[str, Any]
+    targets: dict[int, float]
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]: ...
+
+
+def discover(space: SpaceLike, samples: int = 256, seed: int = 0) -> dict[str, BaseDistribution]:
+    """Every parameter's distribution, in the order `suggest` asks them.
+
+    Learnt by running `suggest` under a random sampler (conditional parameters appear once their
+    condition holds), so the strategy depends only on the `suggest` contract.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    study.enqueue_trial(dict(space.baseline))
+    found: dict[str, BaseDistribution] = {}
+    for _ in range(samples):
+        trial = study.ask()
+        space.suggest(trial)
+        for name, dist in trial.distributions.items():
+            found.setdefault(name, dist)
+        study.tell(trial, 0.0)
+    return found
+
+
+def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[Any]:
+    """Representative values of one parameter: all choices, or `points` spread over the range."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    low, high = dist.low, dist.high
+    if points <= 1 or low == high:
+        return [low]
+    if dist.log:
+        raw = [math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (points - 1)) for i in range(points)]
+    else:
+        raw = [low + (high - low) * i / (points - 1) for i in range(points)]
+    step = dist.step
+    values: list[Any] = []
+    for x in raw:
+        if step:
+            x = low + round((x - low) / step) * step
+            x = min(max(x, low), high)
+        v: Any = int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
+        if v not in values:
+            values.append(v)
+    return values
+
+
+def grid_space(space: SpaceLike, points: int = NUMERIC_POINTS) -> dict[str, list[Any]]:
+    """The search space as a grid (for `GridSampler` and for enumerating a landscape's optimum)."""
+    return {name: grid_values(dist, points) for name, dist in discover(space).items()}
+
+
+def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler for `--sampler NAME`.
+
+    "tpe" is set up for mixed, conditional spaces: multivariate, grouped (conditional parameters
+    modelled jointly with their parent), constant liar (parallel hosts do not pile onto one
+    region); startup trials are few because the baseline and the sweep seed it.
+    """
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            multivariate=True, group=True, constant_liar=True, n_startup_trials=5,
+            seed=seed,
+        )
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5, warn_independent_sampling=False)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+    raise BadInput(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return dict(a) == dict(b)
+
+
+def _constraint_sum(trial: FrozenTrial) -> float:
+    return sum(v for v in (trial.constraints or {}).values() if v > 0)
+
+
+class Strategy:
+    """One study's search policy; create it once per driver run and route every trial through it.
+
+    Driver loop::
+
+        strategy.start(study, known=[...])            # once: baseline + known configs
+        trial, config = strategy.ask(study)
+        ... start the server; on a crash: strategy.tell(study, trial, "crashed", failure=...)
+        for each level: if not strategy.on_level(study, trial, step, concurrency, tok_s): stop
+        strategy.tell(study, trial, outcome, objective=..., slo_ok=..., answers_differ=...)
+
+    ``guided=False`` gives the plain sampler (no warm start, sweep, pruning or skipping): the
+    benchmark's reference for what the guidance is worth.
+    """
+
+    def __init__(
+        self,
+        space: SpaceLike,
+        sampler: str | optuna.samplers.BaseSampler = "tpe",
+        *,
+        seed: int | None = None,
+        guided: bool = True,
+    ) -> None:
+        self.space = space
+        self.sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
+        self.guided = guided
+        self._dists = discover(space)
+
+    # -- warm start --------------------------------------------------------------------------
+    def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
+        """Enqueue the baseline first, then known configs (`--start-from`, `--from-study`).
+
+        Only on a fresh study: a resumed study already holds them.
+        """
+        if not self.guided or study.get_trials(deepcopy=False):
+            return
+        study.enqueue_trial(dict(self.space.baseline), user_attrs={_TAG: "baseline"})
+        for config in known:
+            if not _same(config, self.space.baseline):
+                study.enqueue_trial(dict(config), user_attrs={_TAG: "known"})
+
+    # -- asking ------------------------------------------------------------------------------
+    def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
+        """The next trial to run and its config; repeats and known crashes are told, not run."""
+        if self.guided:
+            self._plan_sweep(study)
+        for _ in range(MAX_SKIPS):
+            trial = study.ask()
+            config = self.space.suggest(trial)
+            if not self.guided or trial.user_attrs.get(_TAG) in ("baseline", "known"):
+                break
+            reason = self._skip_reason(study, config)
+            if reason is None:
+                break
+            self._tell_skipped(study, trial, config, reason)
+        if _TAG not in trial.user_attrs:
+            trial.set_user_attr(_TAG, "sampler")
+        return trial, config
+
+    def _finished(self, study: optuna.Study) -> list[FrozenTrial]:
+        return [
+            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            if _SKIPPED not in t.user_attrs
+        ]
+
+    def incumbent(self, study: optuna.Study) -> FrozenTrial | None:
+        """The best completed trial meeting every constraint (by measured value)."""
+        ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if _constraint_sum(t) <= 0 and t.value is not None]
+        return max(ok, key=lambda t: t.value) if ok else None  # type: ignore[arg-type, return-value]
+
+    def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
+        """Values that crashed when the sweep changed only that parameter of a working config."""
+        found: dict[str, list[Any]] = {}
+        for t in self._finished(study):
+            name = t.user_attrs.get(_SWEEP_PARAM)
+            if name and t.constraints.get("crashed", 0) > 0 and name in t.params:
+                found.setdefault(name, []).append(t.params[name])
+        return found
+
+    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any]) -> str | None:
+        for name, values in self.known_crashes(study).items():
+            if name in config and config[name] in values:
+                return f"{name}={config[name]!r} crashed when the sweep tried it alone"
+        for t in self._finished(study):
+            if _same(t.params, config):
+                return f"same config as trial {t.number}"
+        return None
+
+    def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:
+        """A known crash is told PRUNED + crashed so TPE keeps learning; a repeat FAIL (ignored)."""
+        trial.set_user_attr(_SKIPPED, reason)
+        crash = "crashed" in reason
+        self._set_constraints(trial, crashed=crash)
+        trial.set_user_attr("outcome", "crashed" if crash else "pruned")
+        study.tell(trial, state=TrialState.PRUNED if crash else TrialState.FAIL)
+
+    def _plan_sweep(self, study: optuna.Study) -> None:
+        """Enqueue the next batch of one-parameter variants of the incumbent, if it is time.
+
+        A batch is one parameter's alternative values; the next batch starts only when the
+        previous one has finished, so it varies the best config found so far (greedy).
+        """
+        trials = study.get_trials(deepcopy=False)
+        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
+            return
+        best = self.incumbent(study)
+        if best is None:
+            return
+        swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials}
+        tried = [t.params for t in self._finished(study)]
+        for name, dist in self._dists.items():
+            if name in swept or name not in best.params:
+                continue
+            variants = []
+            for value in grid_values(dist):
+                if value == best.params[name]:
+                    continue
+                config = {**best.params, name: value}
+                if not any(_same(config, p) for p in tried):
+                    variants.append(config)
+            if variants:
+                for config in variants:
+                    study.enqueue_trial(config, user_attrs={_TAG: "sweep", _SWEEP_PARAM: name})
+                return
+
+    # -- pruning -----------------------------------------------------------------------------
+    def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
+        """Report a ladder level (step = its index); False means prune the trial now.
+
+        Pruned when below the space's target at that concurrency, or below PRUNE_RATIO of the
+        best completed, feasible trial at the same step.
+        """
+        trial.report(value, step)
+        if not self.guided:
+            return True
+        target = self.space.targets.get(concurrency)
+        if target is not None and value < target:
+            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s below the target {target:.0f} at {concurrency}")
+            return False
+        seen = [t.intermediate_values[step]
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if step in t.intermediate_values and _constraint_sum(t) <= 0]
+        if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
+            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
+            return False
+        return True
+
+    # -- telling -----------------------------------------------------------------------------
+    @staticmethod
+    def _set_constraints(trial: optuna.Trial, *, crashed: bool = False, slo_ok: bool = True, answers_differ: bool = False) -> None:
+        trial.set_constraint("crashed", 1.0 if crashed else 0.0)
+        trial.set_constraint("slo", 0.0 if slo_ok else 1.0)
+        trial.set_constraint("correctness", 1.0 if answers_differ else 0.0)
+
+    def tell(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        outcome: str,
+        *,
+        objective: float | None = None,
+        slo_ok: bool = True,
+        answers_differ: bool = False,
+        failure: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record a trial's outcome the way the sampler learns most from it.
+
+        completed -> COMPLETE with the objective; crashed -> PRUNED, crashed = 1; pruned ->
+        PRUNED (its last reported level stands in); infrastructure -> FAIL and the same params
+        enqueued again. Constraints are set on every trial told here.
+        """
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}: one of {OUTCOMES}")
+        trial.set_user_attr("outcome", outcome)
+        if failure is not None:
+            trial.set_user_attr("failure", dict(failure))
+        if outcome == "infrastructure":
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM)}
+            study.tell(trial, state=TrialState.FAIL)
+            study.enqueue_trial(dict(trial.params), user_attrs={**attrs, "retry_of": trial.number})
+            return
+        self._set_constraints(trial, crashed=outcome == "crashed", slo_ok=slo_ok, answers_differ=answers_differ)
+        if outcome == "completed":
+            if objective is None:
+                raise ValueError("a completed trial needs its objective")
+            study.tell(trial, objective)
+        else:
+            study.tell(trial, state=TrialState.PRUNED)
+
+    def top(self, study: optuna.Study, k: int = 3) -> list[FrozenTrial]:
+        """The k best feasible completed trials, distinct configs: what the end re-measures."""
+        ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if _constraint_sum(t) <= 0 and t.value is not None]
+        ok.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
+        picked: list[FrozenTrial] = []
+        for t in ok:
+            if not any(_same(t.params, p.params) for p in picked):
+                picked.append(t)
+        return picked[:k]
+
+
+def configs_of(grid: Mapping[str, Sequence[Any]], space: SpaceLike) -> list[dict[str, Any]]:
+    """Every distinct config on a grid, conditions honoured (inactive parameters dropped)."""
+    names = list(grid)
+    seen: set[tuple] = set()
+    out: list[dict[str, Any]] = []
+    for combo in itertools.product(*(grid[n] for n in names)):
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(names, combo))))
+        key = tuple(sorted(config.items(), key=lambda kv: kv[0]))
+        if key not in seen:
+            seen.add(key)
+            out.append(config)
+    return out
