@@ -2,9 +2,93 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from search.errors import RunFailed
+from search.loadtest import (
+    LadderResult,
+    LadderSpec,
+    LevelResult,
+    check_reachable,
+    parse_concurrency,
+    parse_duration,
+    run_ladder,
+)
+
+_COLUMNS = (  # header, LevelResult key, format
+    ("conc", "max_concurrency", "{:d}"),
+    ("achieved", "concurrency", "{:.1f}"),
+    ("out tok/s", "output_throughput", "{:,.1f}"),
+    ("total tok/s", "total_throughput", "{:,.1f}"),
+    ("req/s", "request_throughput", "{:.2f}"),
+    ("TTFT p50/p99 ms", ("median_ttft_ms", "p99_ttft_ms"), "{:.0f}/{:.0f}"),
+    ("ITL p50/p99 ms", ("median_itl_ms", "p99_itl_ms"), "{:.1f}/{:.1f}"),
+    ("TPOT mean ms", "mean_tpot_ms", "{:.1f}"),
+    ("E2E p50 ms", "median_e2e_latency_ms", "{:.0f}"),
+    ("done", "completed", "{:d}"),
+    ("errors", "errors", None),
+    ("window s", "duration", "{:.1f}"),
+)
 
 
-def bench(url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:30000")) -> None:
-    """Load-test a running server (filled in by the load-test module)."""
-    raise typer.Exit(1)
+def _cell(level: LevelResult, key: str | tuple[str, ...], fmt: str | None) -> str:
+    if key == "errors":
+        return ", ".join(f"{k}:{n}" for k, n in level.errors.items()) or "0"
+    values = [getattr(level, k) for k in (key if isinstance(key, tuple) else (key,))]
+    text = fmt.format(*values) if fmt else str(values[0])
+    return text + (" (converged)" if key == "duration" and level.ended_early else "")
+
+
+def _table(result: LadderResult) -> Table:
+    table = Table(title="Load test (bench_serving metrics; steady-state window per level)")
+    for header, _, _ in _COLUMNS:
+        table.add_column(header, justify="right")
+    for level in result.levels:
+        table.add_row(*(_cell(level, key, fmt) for _, key, fmt in _COLUMNS))
+    return table
+
+
+def bench(
+    url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:30000"),
+    concurrency: str = typer.Option("64,256,512,1024", help="Comma-separated concurrency levels, run ascending."),
+    input_len: int = typer.Option(1024, help="Prompt length in tokens (random token ids)."),
+    output_len: int = typer.Option(512, help="Output length in tokens (ignore_eos + max_tokens)."),
+    duration: str | None = typer.Option(None, help="Measured window per level, e.g. 60s or 2m (default 60s); "
+                                                    "a level ends sooner once its throughput has converged."),
+    requests: int | None = typer.Option(None, help="Instead of --duration: exactly N requests per level, "
+                                                   "counted as sglang.bench_serving --num-prompts N does."),
+    warmup: str = typer.Option("10s", help="Uncounted warm-up per level (duration mode)."),
+    api: str = typer.Option("completions", help="completions | chat | generate"),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+) -> None:
+    """Load-test a running server (SGLang or anything OpenAI-compatible) up a concurrency ladder."""
+    spec = LadderSpec(
+        concurrency=parse_concurrency(concurrency),
+        input_len=input_len,
+        output_len=output_len,
+        duration_s=parse_duration(duration) if duration else (None if requests else 60.0),
+        requests=requests,
+        warmup_s=parse_duration(warmup, "--warmup", allow_zero=True),
+        api=api,
+    )
+    check_reachable(url)
+    err = Console(stderr=True)
+
+    def on_level(level: LevelResult) -> bool:
+        err.print(f"concurrency {level.max_concurrency}: {level.output_throughput:,.1f} output tok/s"
+                  + (" (converged early)" if level.ended_early else ""))
+        return True
+
+    result = run_ladder(url, spec, on_level=on_level)
+    if json_out:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif result.levels:
+        Console().print(_table(result))
+    if result.aborted:
+        raise RunFailed(f"load test aborted at concurrency {result.aborted_at}: {result.aborted}")

@@ -1,0 +1,159 @@
+"""The load-test client's own ceiling: streamed chunks/s it consumes from a server that answers at once.
+
+Starts a minimal SSE server in a child process (a raw asyncio protocol that answers every
+/v1/completions with a precomputed stream of ``max_tokens`` one-token chunks plus the usage
+chunk, so the server costs next to nothing), then runs ``search.loadtest`` against it at
+several concurrencies, in one client process and spread over worker processes, and prints
+chunks/s and the client's CPU use. It also compares the hand-written SSE parsing with
+httpx-sse's decoder on the same stream.
+
+    python scripts/bench_client.py [--output-len 512] [--requests 2000] [--concurrency 64,256,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import resource
+import socket
+import time
+
+import httpx
+import httpx_sse
+
+from search.loadtest import LadderSpec, run_ladder
+
+
+def _sse_body(n: int) -> bytes:
+    chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " a", "finish_reason": None}]}
+    usage = {"id": "x", "object": "text_completion", "choices": [],
+             "usage": {"prompt_tokens": 0, "completion_tokens": n, "total_tokens": n}}
+    return (f"data: {json.dumps(chunk)}\n\n" * n + f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n").encode()
+
+
+class _Instant(asyncio.Protocol):
+    """HTTP/1.1 keep-alive; answers each request with the whole SSE stream in one write."""
+
+    cache: dict[int, bytes] = {}
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, rest = self.buf.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(rest) < length:
+                return
+            body, self.buf = rest[:length], rest[length:]
+            if head.startswith(b"GET"):
+                payload, ctype = b'{"object":"list","data":[{"id":"instant"}]}', b"application/json"
+            else:
+                n = int(json.loads(body).get("max_tokens", 16))
+                if n not in self.cache:
+                    self.cache[n] = _sse_body(n)
+                payload, ctype = self.cache[n], b"text/event-stream"
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
+                                 + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+
+
+def serve(sock: socket.socket) -> None:
+    """Child process: serve the instant SSE server on an already bound socket."""
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_Instant, sock=sock, backlog=4096)
+        await server.serve_forever()
+    asyncio.run(main())
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _one_process(url: str, concurrency: int, requests: int, output_len: int, out: "mp.Queue[tuple[int, float]]") -> None:
+    spec = LadderSpec(concurrency=(concurrency,), input_len=16, output_len=output_len, duration_s=None,
+                      requests=requests)
+    cpu = _cpu()
+    level = run_ladder(url, spec).levels[0]
+    out.put((level.total_output_tokens, _cpu() - cpu))
+
+
+def run_client(url: str, concurrency: int, requests: int, output_len: int, processes: int) -> dict[str, float]:
+    """chunks/s over ``processes`` worker processes sharing the load evenly."""
+    out: mp.Queue[tuple[int, float]] = mp.Queue()
+    procs = [mp.Process(target=_one_process, args=(url, concurrency // processes, requests // processes, output_len, out))
+             for _ in range(processes)]
+    start = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    wall = time.perf_counter() - start
+    tokens = sum(t for t, _ in results)
+    return {"chunks_per_s": tokens / wall, "client_cpu_s": sum(c for _, c in results), "wall_s": wall}
+
+
+async def _parse_rate(url: str, requests: int, output_len: int, use_httpx_sse: bool) -> float:
+    """Chunks/s one process parses, 64 streams at a time, with either parser."""
+    body = json.dumps({"model": "instant", "prompt": [1], "max_tokens": output_len, "stream": True})
+    sem = asyncio.Semaphore(64)
+
+    async def one(client: httpx.AsyncClient) -> int:
+        async with sem:
+            n = 0
+            if use_httpx_sse:
+                async with httpx_sse.aconnect_sse(client, "POST", url + "/v1/completions", content=body) as src:
+                    async for ev in src.aiter_sse():
+                        if ev.data != "[DONE]":
+                            json.loads(ev.data)
+                            n += 1
+            else:
+                async with client.stream("POST", url + "/v1/completions", content=body) as resp:
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                            json.loads(line[5:])
+                            n += 1
+            return n
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
+        start = time.perf_counter()
+        counts = await asyncio.gather(*(one(client) for _ in range(requests)))
+        return sum(counts) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", default="64,256,1024")
+    args = ap.parse_args()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4096)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = mp.Process(target=serve, args=(sock,), daemon=True)
+    server.start()
+    try:
+        for parser in (False, True):
+            rate = asyncio.run(_parse_rate(url, 200, args.output_len, parser))
+            print(f"parser {'httpx-sse' if parser else 'hand (aiter_lines)':20s} {rate:10,.0f} chunks/s")
+        print(f"{'concurrency':>11} {'processes':>9} {'chunks/s':>10} {'client CPU s':>12} {'wall s':>7}")
+        for c in (int(x) for x in args.concurrency.split(",")):
+            for processes in (1, 2):
+                r = run_client(url, c, args.requests, args.output_len, processes)
+                print(f"{c:>11} {processes:>9} {r['chunks_per_s']:>10,.0f} {r['client_cpu_s']:>12.1f} {r['wall_s']:>7.1f}")
+    finally:
+        server.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""Load test: streamed requests up a concurrency ladder, with ``sglang.bench_serving``'s metrics.
+
+Modules: ``spec`` (what to run), ``client`` (one streamed request), ``metrics`` (per-level
+results), ``ladder`` (closed-loop levels, early end, abort, prune).
+"""
+
+from search.loadtest.ladder import LadderResult, arun_ladder, check_reachable, run_ladder
+from search.loadtest.metrics import LevelResult
+from search.loadtest.spec import LadderSpec, parse_concurrency, parse_duration
+
+__all__ = [
+    "LadderResult",
+    "LadderSpec",
+    "LevelResult",
+    "arun_ladder",
+    "check_reachable",
+    "parse_concurrency",
+    "parse_duration",
+    "run_ladder",
+]

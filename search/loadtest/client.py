@@ -1,0 +1,140 @@
+"""One streamed request and what the client saw of it, timed as ``sglang.bench_serving`` times it.
+
+Prompts are random token ids of the exact input length (no tokenizer needed, and a fresh
+prompt per request keeps the prefix cache from flattering the result); ``ignore_eos`` with
+``max_tokens`` fixes the output length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import SSEError, aconnect_sse
+
+from search.loadtest.spec import LadderSpec
+
+# Token ids drawn from a range every common vocabulary (32k and up) covers, past the
+# special tokens at the low end.
+_TOKEN_LO, _TOKEN_HI = 1000, 30000
+# Chat takes text, not ids: short common words, about one token each.
+_WORDS = ("the", "of", "and", "to", "in", "is", "it", "for", "on", "as", "at", "by", "we", "or", "an", "be")
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
+
+
+@dataclass(slots=True)
+class Record:
+    """A request's timeline: send time, the arrival time of each content chunk, the end."""
+
+    send: float
+    input_tokens: int
+    chunks: list[float] = field(default_factory=list)
+    end: float | None = None
+    output_tokens: int | None = None  # from the usage chunk; None while unknown
+    error: str | None = None  # error kind; None when it succeeded or is still running
+
+    @property
+    def ok(self) -> bool:
+        """Finished with output and no error."""
+        return self.end is not None and self.error is None and bool(self.chunks)
+
+    def tokens(self) -> int:
+        """Output tokens: the server's count when it gave one, else the content chunks seen."""
+        return self.output_tokens if self.output_tokens is not None else len(self.chunks)
+
+
+def prompt_ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(_TOKEN_LO, _TOKEN_HI) for _ in range(n)]
+
+
+def build_body(spec: LadderSpec, model: str, rng: random.Random) -> dict[str, Any]:
+    """The request body for ``spec.api`` with a fresh random prompt."""
+    if spec.api == "generate":
+        body: dict[str, Any] = {
+            "input_ids": prompt_ids(rng, spec.input_len),
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": spec.output_len, "ignore_eos": True},
+            "stream": True,
+        }
+    else:
+        body = {
+            "model": model,
+            "max_tokens": spec.output_len,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if spec.api == "chat":
+            words = " ".join(rng.choice(_WORDS) for _ in range(spec.input_len))
+            body["messages"] = [{"role": "user", "content": words}]
+        else:
+            body["prompt"] = prompt_ids(rng, spec.input_len)
+    body.update(spec.extra)
+    return body
+
+
+def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, int | None, int]:
+    """(chunk carries new output, server's output-token count if given, tokens seen so far)."""
+    if api == "generate":
+        # /generate streams a cumulative completion_tokens count with every chunk.
+        count = (data.get("meta_info") or {}).get("completion_tokens") or 0
+        return count > seen, count, max(seen, count)
+    usage = data.get("usage")
+    count = usage.get("completion_tokens") if usage else None
+    choices = data.get("choices")
+    if not choices:
+        return False, count, seen
+    choice = choices[0]
+    text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+    return bool(text), count, seen
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, api: str, body: dict[str, Any], record: Record) -> None:
+    """Send one request and fill ``record`` as chunks arrive; errors become ``record.error``.
+
+    Events come through httpx-sse: hand-parsing ``aiter_lines`` measured no faster
+    (scripts/bench_client.py), so the spec-complete decoder is kept.
+    """
+    seen = 0
+    try:
+        async with aconnect_sse(client, "POST", url + PATHS[api], content=json.dumps(body)) as source:
+            if source.response.status_code != 200:
+                await source.response.aread()
+                record.error = f"http_{source.response.status_code}"
+                return
+            async for event in source.aiter_sse():
+                if event.data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                data = json.loads(event.data)
+                if "error" in data and not data.get("choices"):
+                    record.error = "server_error"
+                    return
+                new, count, seen = _content(api, data, seen)
+                if new:
+                    record.chunks.append(now)
+                if count is not None:
+                    record.output_tokens = count
+        record.end = time.perf_counter()
+        if not record.chunks:
+            record.error = "empty_output"
+    except httpx.ConnectError:
+        record.error = "connect"
+    except httpx.TimeoutException:
+        record.error = "timeout"
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        record.error = "disconnected"
+    except (json.JSONDecodeError, SSEError, AttributeError, TypeError):
+        record.error = "bad_response"
+    except asyncio.CancelledError:
+        record.error = "cancelled"  # still running when its level ended: not a failure
+        raise
+    finally:
+        if record.end is None:
+            record.end = time.perf_counter()

@@ -1,0 +1,86 @@
+"""What a load test runs: the ladder of concurrency levels and the shape of every request.
+
+Validated on construction so that a bad option fails in one line before any request is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from search.errors import BadInput
+
+APIS = ("completions", "chat", "generate")
+
+
+@dataclass(frozen=True)
+class LadderSpec:
+    """One load test: closed-loop levels in ascending concurrency.
+
+    A level runs either for ``duration_s`` (after an uncounted warm-up of ``warmup_s``,
+    ending early once the output throughput has converged to ``converge_ci``, the 95%
+    confidence half-width relative to the mean) or, when ``requests`` is set, for exactly
+    that many requests counted from the first send to the last end, as
+    ``sglang.bench_serving --num-prompts N --max-concurrency C`` does.
+    """
+
+    concurrency: tuple[int, ...] = (64, 256, 512, 1024)
+    input_len: int = 1024
+    output_len: int = 512
+    duration_s: float | None = 60.0
+    requests: int | None = None
+    warmup_s: float = 10.0
+    api: str = "completions"
+    converge_ci: float = 0.02
+    max_error_rate: float = 0.05
+    seed: int = 0
+    model: str | None = None
+    request_timeout_s: float = 600.0
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise BadInput("--concurrency: every level must be a positive integer, e.g. 64,256,512,1024")
+        if self.input_len < 1 or self.output_len < 1:
+            raise BadInput("--input-len and --output-len must be at least 1 token")
+        if (self.duration_s is None) == (self.requests is None):
+            raise BadInput("give exactly one of --duration and --requests")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise BadInput("--duration must be positive, e.g. 60s")
+        if self.requests is not None and self.requests < 1:
+            raise BadInput("--requests must be at least 1")
+        if self.warmup_s < 0:
+            raise BadInput("warm-up must not be negative")
+        if self.api not in APIS:
+            raise BadInput(f"--api must be one of {', '.join(APIS)}, not {self.api!r}")
+        if not 0 < self.converge_ci < 1:
+            raise BadInput("convergence threshold must be a fraction between 0 and 1, e.g. 0.02")
+        if not 0 <= self.max_error_rate <= 1:
+            raise BadInput("max error rate must be a fraction between 0 and 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, option: str = "--duration", allow_zero: bool = False) -> float:
+    """``60s``, ``2m``, ``90`` -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text)
+    if not m or (float(m.group(1)) == 0 and not allow_zero):
+        raise BadInput(f"{option}: {text!r} is not a {'' if allow_zero else 'positive '}duration; use e.g. 60s, 2m or 90")
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """``64,256,512`` -> (64, 256, 512)."""
+    try:
+        levels = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise BadInput(f"--concurrency: {text!r} is not a comma-separated list of integers, e.g. 64,256") from None
+    if min(levels) < 1:
+        raise BadInput(f"--concurrency: {text!r} has a level below 1; every level must be a positive integer")
+    return levels
