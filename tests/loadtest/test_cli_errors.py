@@ -1,0 +1,45 @@
+"""`search bench` answers bad options and unreachable servers with one line and exit 2."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from search.cli import main
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    return int(exc.value.code), capsys.readouterr().err.strip()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when this returns: nothing listens there
+
+
+def test_unreachable_url(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    code, err = _run([url, "--concurrency", "4", "--requests", "4"], capsys)
+    assert code == 2
+    assert err == f"error: cannot reach {url}: connection refused — is the server running?"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency: '0' has a level below 1"),
+        (["--concurrency", "8,x"], "--concurrency: '8,x' is not a comma-separated list of integers"),
+        (["--duration", "abc"], "--duration: 'abc' is not a positive duration"),
+        (["--duration", "10s", "--requests", "5"], "give exactly one of --duration and --requests"),
+        (["--api", "grpc"], "--api must be one of completions, chat, generate"),
+    ],
+)
+def test_bad_option(option: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Options are checked before the URL is contacted: a closed port proves it.
+    code, err = _run([f"http://127.0.0.1:{_closed_port()}", *option], capsys)
+    assert code == 2
+    assert err.startswith(f"error: {message}") and "\n" not in err
