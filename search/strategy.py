@@ -51,6 +51,11 @@ MAX_SKIPS = 30
 
 _TAG = "strategy"  # user attr: "baseline" | "known" | "sweep" | "sampler"
 _SWEEP_PARAM = "sweep_param"
+_SWEEP_PASS = "sweep_pass"
+_SWEEP_FROM_WORKING = "sweep_from_working"
+# Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
+# of the incumbent at half the previous distance (a pattern search), catching interactions.
+SWEEP_PASSES = 1
 _SKIPPED = "skipped"
 
 
@@ -104,6 +109,25 @@ def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[An
         if v not in values:
             values.append(v)
     return values
+
+
+def neighbours(dist: BaseDistribution, value: Any, sweep_pass: int) -> list[Any]:
+    """Numeric values either side of `value`, 1/2^(pass+1) of the range away (log scale if log)."""
+    if isinstance(dist, CategoricalDistribution):
+        return []
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    back = (lambda y: math.exp(y)) if dist.log else (lambda y: y)
+    width = (to(dist.high) - to(dist.low)) / 2 ** (sweep_pass + 1)
+    out: list[Any] = []
+    for y in (to(value) - width, to(value) + width):
+        x = min(max(back(y), dist.low), dist.high)
+        if dist.step:
+            x = min(dist.low + round((x - dist.low) / dist.step) * dist.step, dist.high)
+        v: Any = int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
+        if v != value and v not in out:
+            out.append(v)
+    return out
 
 
 def grid_space(space: SpaceLike, points: int = NUMERIC_POINTS) -> dict[str, list[Any]]:
@@ -212,11 +236,16 @@ class Strategy:
         return max(ok, key=lambda t: t.value) if ok else None  # type: ignore[arg-type, return-value]
 
     def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
-        """Values that crashed when the sweep changed only that parameter of a working config."""
+        """Choices that crashed when the sweep changed only that parameter of a working config.
+
+        Numeric values are left out: their crashes are thresholds that move with other flags
+        (a larger graph batch fits with a smaller memory fraction).
+        """
         found: dict[str, list[Any]] = {}
         for t in self._finished(study):
             name = t.user_attrs.get(_SWEEP_PARAM)
-            if name and t.constraints.get("crashed", 0) > 0 and name in t.params:
+            categorical = isinstance(self._dists.get(name), CategoricalDistribution)
+            if categorical and t.constraints.get("crashed", 0) > 0 and name in t.params:
                 found.setdefault(name, []).append(t.params[name])
         return found
 
@@ -241,30 +270,31 @@ class Strategy:
         """Enqueue the next batch of one-parameter variants of the incumbent, if it is time.
 
         A batch is one parameter's alternative values; the next batch starts only when the
-        previous one has finished, so it varies the best config found so far (greedy).
+        previous one has finished, so it varies the best config found so far (greedy). With no
+        working config yet the baseline is the centre: the variant that fixes its crash shows.
         """
         trials = study.get_trials(deepcopy=False)
         if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
             return
         best = self.incumbent(study)
-        if best is None:
-            return
-        swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials}
+        centre = dict(best.params) if best is not None else dict(self.space.baseline)
         tried = [t.params for t in self._finished(study)]
-        for name, dist in self._dists.items():
-            if name in swept or name not in best.params:
-                continue
-            variants = []
-            for value in grid_values(dist):
-                if value == best.params[name]:
+        # From a crashed centre, choices first: a backend or a switch is the likelier culprit.
+        order = sorted(self._dists.items(), key=lambda kv: best is None and not isinstance(kv[1], CategoricalDistribution))
+        for sweep_pass in range(SWEEP_PASSES):
+            swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials
+                     if t.user_attrs.get(_SWEEP_PASS) == sweep_pass and t.user_attrs.get(_SWEEP_FROM_WORKING)}
+            for name, dist in order:
+                if name in swept or name not in centre:
                     continue
-                config = {**best.params, name: value}
-                if not any(_same(config, p) for p in tried):
-                    variants.append(config)
-            if variants:
-                for config in variants:
-                    study.enqueue_trial(config, user_attrs={_TAG: "sweep", _SWEEP_PARAM: name})
-                return
+                values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
+                variants = [{**centre, name: v} for v in values if v != centre[name]]
+                variants = [c for c in variants if not any(_same(c, p) for p in tried)]
+                if variants:
+                    for config in variants:
+                        study.enqueue_trial(config, user_attrs={_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass,
+                                                             _SWEEP_FROM_WORKING: best is not None})
+                    return
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
@@ -318,7 +348,7 @@ class Strategy:
         if failure is not None:
             trial.set_user_attr("failure", dict(failure))
         if outcome == "infrastructure":
-            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM)}
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING)}
             study.tell(trial, state=TrialState.FAIL)
             study.enqueue_trial(dict(trial.params), user_attrs={**attrs, "retry_of": trial.number})
             return

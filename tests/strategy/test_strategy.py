@@ -1,0 +1,127 @@
+"""The strategy's telling, pruning, warm start and sampler factory, and a small benchmark run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search.errors import BadInput
+from search.strategy import SAMPLERS, Strategy, make_sampler
+from tests.strategy.fixture import LADDER, FixtureSpace, to_flags
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _study(strategy: Strategy) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(direction="maximize", sampler=strategy.sampler)
+
+
+def test_baseline_runs_first_then_known_configs() -> None:
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    known = {**space.baseline, "--max-running-requests": 512}
+    strategy.start(study, known=[known, space.baseline])
+    trial, config = strategy.ask(study)
+    assert config == space.baseline and trial.user_attrs["strategy"] == "baseline"
+    strategy.tell(study, trial, "completed", objective=900.0)
+    _, second = strategy.ask(study)
+    assert second == known
+    strategy.start(study)  # a resumed study is not enqueued again
+    assert sum(t.state == TrialState.WAITING for t in study.get_trials()) == 0
+
+
+def test_crash_is_pruned_with_constraint_and_others_are_not() -> None:
+    strategy = Strategy(FixtureSpace(), seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": "x", "message": "m"})
+    crashed = study.trials[0]
+    assert crashed.state == TrialState.PRUNED and crashed.constraints["crashed"] == 1.0
+    assert crashed.user_attrs["failure"]["phase"] == "cuda_graph"
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=1000.0, slo_ok=False)
+    done = study.trials[1]
+    assert done.state == TrialState.COMPLETE
+    assert done.constraints == {"crashed": 0.0, "slo": 1.0, "correctness": 0.0}
+
+
+def test_infrastructure_fault_fails_and_reenqueues_same_params() -> None:
+    strategy = Strategy(FixtureSpace(), seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    trial, config = strategy.ask(study)
+    strategy.tell(study, trial, "infrastructure", failure={"kind": "gpu_busy", "phase": "starting", "line": "", "message": ""})
+    assert study.trials[0].state == TrialState.FAIL
+    retry, again = strategy.ask(study)
+    assert again == config and retry.user_attrs["retry_of"] == 0
+
+
+def test_pruning_below_target_and_well_below_completed_trials() -> None:
+    strategy = Strategy(FixtureSpace(), seed=0)
+    study = _study(strategy)
+    trial = study.ask()
+    assert strategy.on_level(study, trial, 0, 64, 250.0) is False  # target at 64 is 300
+    assert "below the target" in trial.user_attrs["pruned_because"]
+    for value in (1000.0, 1100.0):
+        done = study.ask()
+        assert strategy.on_level(study, done, 1, 256, value)
+        strategy.tell(study, done, "completed", objective=value)
+    trial = study.ask()
+    assert strategy.on_level(study, trial, 1, 256, 700.0) is True
+    assert strategy.on_level(study, trial, 1, 256, 600.0) is False  # under 60% of 1100
+    plain = Strategy(FixtureSpace(), "random", seed=0, guided=False)
+    assert plain.on_level(study, study.ask(), 0, 64, 1.0) is True
+
+
+def test_sweep_varies_one_parameter_of_the_incumbent() -> None:
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=900.0)
+    trial, config = strategy.ask(study)
+    assert trial.user_attrs["strategy"] == "sweep"
+    changed = [k for k in config if config[k] != space.baseline.get(k)]
+    assert changed == [trial.user_attrs["sweep_param"]]
+
+
+def test_sampler_factory() -> None:
+    space = FixtureSpace()
+    assert isinstance(make_sampler("tpe", space, 1), optuna.samplers.TPESampler)
+    assert isinstance(make_sampler("gp", space, 1), optuna.samplers.GPSampler)
+    assert isinstance(make_sampler("random", space, 1), optuna.samplers.RandomSampler)
+    assert isinstance(make_sampler("grid", space, 1), optuna.samplers.GridSampler)
+    assert set(SAMPLERS) == {"tpe", "gp", "random", "grid"}
+    with pytest.raises(BadInput, match="unknown sampler"):
+        make_sampler("cmaes", space)
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "scripts" / "bench_search.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_search"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_small_bench_ours_beats_random() -> None:
+    bench = _bench_module()
+    problem = bench.Problem(space=FixtureSpace(), concurrency=LADDER, level_seconds=120, to_flags=to_flags)
+    landscape = bench.load_landscape(ROOT / "scripts" / "landscapes" / "backend_crash.py")
+    result = json.loads(json.dumps(bench.bench(problem, landscape, trials=15, seeds=2, noise=0.025,
+                                               samplers=("ours", "random")), default=str))
+    assert result["optimum"]["value"] > 0 and result["optimum"]["config"]["--moe-runner-backend"] == "cutlass"
+    for kind in ("ours", "random"):
+        keys = set(result["samplers"][kind])
+        assert {"trials_to_95", "trials_to_99", "gpu_hours_to_95", "gpu_hours_to_99", "best_fraction"} <= keys
+    assert result["samplers"]["ours"]["best_fraction"] > result["samplers"]["random"]["best_fraction"]
