@@ -82,6 +82,7 @@ class Signatures:
     phases: tuple[tuple[str, re.Pattern[str]], ...]
     frames: tuple[tuple[str, re.Pattern[str]], ...]
     traceback: re.Pattern[str]
+    frame: re.Pattern[str]
     exception: re.Pattern[str]
     exception_kinds: Mapping[str, str]
     ignore: re.Pattern[str]
@@ -153,9 +154,11 @@ def load_signatures(version: str | None = None) -> Signatures:
         [p.pattern for p in progress]
         + [p for pats in phase_patterns.values() for p in pats]
         + [p for pats in (common.get("frames") or {}).values() for p in pats]
-        + [common["traceback"], common["exception"]]
+        + [common["traceback"], common["exception"], common["frame"]]
         + [f.regex.pattern for f in failures]
     )
+    # The prefilter runs on the raw line (prefix still on), so it drops the anchors: a superset.
+    every = [p.removeprefix("^").removesuffix("$") for p in every]
     return Signatures(
         families=tuple(str(data.get("family")) for data in chosen),
         ansi=re.compile(prefix["ansi"]),
@@ -165,6 +168,7 @@ def load_signatures(version: str | None = None) -> Signatures:
         phases=phases,
         frames=frames,
         traceback=re.compile(common["traceback"]),
+        frame=re.compile(common["frame"]),
         exception=re.compile(common["exception"]),
         exception_kinds=dict(common.get("exception_kinds") or {}),
         ignore=_alternation(common.get("ignore") or []),
@@ -195,9 +199,10 @@ class LogClassifier:
         self.started_at = clock()
         self.last_output_time = self.started_at
         self.last_line: str | None = None
-        self._failure_rank = -1
+        self._failure_rank: float = -1
         self._frame_phase: str | None = None  # phase named by the open traceback's frames
         self._pending: Event | None = None  # an exception after ready, fatal only if a crash follows
+        self._source_next = False  # the next line is a traceback frame's source code
 
     def message(self, line: str) -> str:
         """The line without ANSI codes, Ray/time/rank/level prefix and Ray's repeat suffix."""
@@ -219,6 +224,11 @@ class LogClassifier:
         events: list[Event] = []
         if self.phase is None:
             events.append(self._enter("starting", raw, now))
+        if self._source_next:
+            # The source line under a frame (`raise RuntimeError(f"NCCL error: ...")`) is code,
+            # not evidence.
+            self._source_next = False
+            return events
         for part in raw.split("\r") if "\r" in raw else (raw,):
             if self.signatures.anything.search(part):
                 self._classify(part, now, events)
@@ -243,11 +253,14 @@ class LogClassifier:
                 if self.progress is None or pct > self.progress:
                     self.progress = pct
                     events.append(Event("progress", "loading", self.phase or "loading", now, raw, pct))
+        if sig.frame.search(msg):
+            self._source_next = True
         if sig.traceback.search(msg):
             self._frame_phase = None
         elif self._frame_phase is None:
             # The outermost frame that names a phase is the startup step that failed.
             self._frame_phase = next((phase for phase, pattern in sig.frames if pattern.search(msg)), None)
+            self._relocate(now, events)
         self._failure(raw, msg, now, events)
 
     def _enter(self, phase: str, line: str, now: float) -> Event:
@@ -263,13 +276,15 @@ class LogClassifier:
         # Frames of a traceback while serving (a graph replay) do not mean the startup step.
         frame = self._frame_phase if self.phase != "ready" else None
         where = pinned or frame or self.phase or "starting"
+        is_exception = sig.exception.search(msg) is not None
         if matched:
-            best = matched[0]
-            kind, rank = best.kind, best.rank
-        elif sig.exception.search(msg):
-            kind, rank = sig.exception_kinds.get(where, "crash"), 20
+            # Among equals, the exception line itself says more than a line mentioning it.
+            kind, rank = matched[0].kind, matched[0].rank + (0.5 if is_exception else 0)
+        elif is_exception:
+            kind, rank = "crash", 20
         else:
             return
+        kind = self._kind_in(kind, where)
         candidate = Event("failure", kind, where, now, raw)
         if rank == 20 and self.phase == "ready" and self.failure is None:
             # A traceback while serving may be one request's error; it decides only if the
@@ -282,6 +297,20 @@ class LogClassifier:
             self._failure_rank = rank
             self.failure = candidate
             events.append(candidate)
+
+    def _kind_in(self, kind: str, phase: str) -> str:
+        """A crash during autotune or graph capture is that step's error (see ``exception_kinds``)."""
+        return self.signatures.exception_kinds.get(phase, kind) if kind == "crash" else kind
+
+    def _relocate(self, now: float, events: list[Event]) -> None:
+        """A traceback header ("Scheduler hit an exception") came before the frames that say
+        which startup step died: move the failure there."""
+        current, frame = self.failure, self._frame_phase
+        if current is None or frame is None or self._failure_rank >= 20 or self.phase == "ready":
+            return
+        if frame != current.phase:
+            self.failure = Event("failure", self._kind_in(current.name, frame), frame, now, current.line)
+            events.append(self.failure)
 
     def check_stall(self, now: float, timeouts: Mapping[str, float]) -> Event | None:
         """A ``stall`` failure when the current phase printed nothing for longer than its timeout.
@@ -310,7 +339,7 @@ class LogClassifier:
         return {
             "phase": self.phase,
             "failure": self.failure.name if self.failure else None,
-            "line": line.strip() if line is not None else None,
+            "line": self.signatures.ansi.sub("", line).strip() if line is not None else None,
             "progress": self.progress,
         }
 
@@ -344,8 +373,8 @@ def _plain_message(line: str) -> str:
     return sig.tail.sub("", line).strip()
 
 
-def classify_file(path: str | os.PathLike[str], version: str | None = None) -> dict:
-    """Run the classifier over a saved log; see :meth:`LogClassifier.summary`."""
+def read_log(path: str | os.PathLike[str], version: str | None = None) -> LogClassifier:
+    """A classifier that has read a whole saved log (``BadInput`` when the file is missing)."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"log file {path} not found: give the path of a saved SGLang server log")
@@ -353,7 +382,12 @@ def classify_file(path: str | os.PathLike[str], version: str | None = None) -> d
     with path.open(encoding="utf-8", errors="replace", newline="\n") as fh:
         for line in fh:
             classifier.feed(line)
-    return classifier.summary()
+    return classifier
+
+
+def classify_file(path: str | os.PathLike[str], version: str | None = None) -> dict:
+    """Run the classifier over a saved log; see :meth:`LogClassifier.summary`."""
+    return read_log(path, version).summary()
 
 
 # --------------------------------------------------------------------------- following a file
@@ -478,6 +512,7 @@ __all__ = [
     "Signatures",
     "load_signatures",
     "classify_file",
+    "read_log",
     "describe",
     "follow",
 ]
