@@ -1,0 +1,121 @@
+"""The classifier on real SGLang text and on each version's wording (tests/fixtures/logs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search.errors import BadInput
+from search.logwatch import FAILURES, PHASES, LogClassifier, classify_file, describe, read_log
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
+EXPECTED = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_verdict(name: str) -> None:
+    want = EXPECTED[name]
+    classifier = read_log(FIXTURES / name)
+    assert classifier.summary() == {k: want[k] for k in ("phase", "failure", "line", "progress")}
+    if want["failure"]:
+        assert classifier.failure.phase == want["failure_phase"]
+
+
+def test_fixtures_cover_every_phase_family_and_failure_kind() -> None:
+    kinds = {v["failure"] for v in EXPECTED.values()} - {None}
+    # stall by timer is exercised in test_check_stall; every other kind has a real log
+    assert kinds == set(FAILURES)
+    assert {name.split("_")[0] for name in EXPECTED if name.startswith("versions/")} == {
+        "versions/v0.5.8.post1", "versions/v0.5.9", "versions/v0.5.23"}
+
+
+def test_each_version_family_reads_its_own_wording_only() -> None:
+    assert classify_file(FIXTURES / "versions/v0.5.23_ready.log", "0.5.23")["phase"] == "ready"
+    # 0.5.9 wording has no "Capture <role> decode cuda graph begin": that line is not a phase there
+    c = LogClassifier("0.5.9")
+    c.feed("[2026-03-01 09:00:40 TP0] Capture target decode cuda graph begin. backend=full, avail mem=20.00 GB")
+    assert c.phase == "starting"
+    c = LogClassifier("0.5.23")
+    c.feed("[2026-03-01 09:00:40 TP0] Capture target decode cuda graph begin. backend=full, avail mem=20.00 GB")
+    assert c.phase == "cuda_graph"
+    with pytest.raises(BadInput, match="0.4.0"):
+        LogClassifier("0.4.0")
+
+
+def test_events_stream_in_order_with_progress() -> None:
+    c = LogClassifier()
+    events = [e for line in (FIXTURES / "versions/v0.5.8.post1_ready.log").open() for e in c.feed(line)]
+    assert [e.name for e in events if e.kind == "phase"] == list(PHASES)
+    assert [e.progress for e in events if e.kind == "progress"] == [0.0, 54.0, 100.0]
+    assert not [e for e in events if e.kind == "failure"]
+    assert set(c.phase_times) == set(PHASES)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-02-19 05:48:17 TP2] Load weight begin. avail mem=90 GB",
+        "[2026-02-19 05:48:17.123 DP0 TP3 EP3] Load weight begin. avail mem=90 GB",
+        "\x1b[33m[2026-02-19 05:48:17] WARNING model_runner.py:12: Load weight begin. avail mem=90 GB\x1b[0m",
+        "(SGLangEngine pid=7, ip=10.0.0.2) [2026-02-19 05:48:17 TP0] Load weight begin. [repeated 7x across cluster]",
+        "[05:48:17 TP0] Load weight begin. avail mem=90 GB",
+    ],
+)
+def test_prefix_variants(line: str) -> None:
+    c = LogClassifier()
+    c.feed(line)
+    assert c.phase == "loading"
+    assert c.message(line).startswith("Load weight begin.")
+
+
+def test_tqdm_carriage_return_redraws_count() -> None:
+    c = LogClassifier()
+    c.feed("Loading safetensors checkpoint shards:  10% Completed | 8/83\rLoading safetensors checkpoint shards:  54% Completed | 45/83 [01:02<00:50,  1.2it/s]")
+    assert (c.phase, c.progress) == ("loading", 54.0)
+
+
+def test_failure_is_refined_by_the_more_informative_line() -> None:
+    c = LogClassifier()
+    first = c.feed("[2026-02-19 06:10:31] Received sigquit from a child process. It usually means the child failed.")
+    assert [e.name for e in first] == ["starting", "crash"]
+    c.feed("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)")
+    assert c.failure.name == "nccl_error" and c.failure.line.startswith("RuntimeError: NCCL error")
+    # a later, weaker marker does not replace the evidence
+    assert c.feed("[2026-02-19 06:10:32] Exit code: -9") == []
+    assert c.failure.name == "nccl_error"
+
+
+def test_kv_cache_pool_full_while_serving_is_not_a_failure() -> None:
+    verdict = classify_file(FIXTURES / "versions/v0.5.23_ready.log")
+    assert (verdict["phase"], verdict["failure"]) == ("ready", None)
+
+
+def test_check_stall_per_phase_timeout() -> None:
+    now = [1000.0]
+    c = LogClassifier(clock=lambda: now[0])
+    for line in (FIXTURES / "real/sglang9917_silent_after_loading.log").open():
+        c.feed(line)
+    timeouts = {"loading": 1800.0, "autotune": 900.0}
+    assert c.check_stall(1000.0 + 1799, timeouts) is None
+    stall = c.check_stall(1000.0 + 1801, timeouts)
+    assert stall is not None and (stall.name, stall.phase) == ("stall", "loading")
+    assert "no output for 1801 s" in stall.line and "100% Completed | 163/163" in stall.line
+    assert c.failure is stall
+    assert describe(stall).startswith("stalled at loading: no output for 1801 s")
+    # a phase without a timeout never stalls; a ready server never stalls
+    quiet = LogClassifier(clock=lambda: 0.0)
+    quiet.feed("[2026-02-20 10:00:03 TP0] Init torch distributed begin.")
+    assert quiet.check_stall(10**6, {"loading": 1.0}) is None
+
+
+def test_describe_names_phase_and_exception() -> None:
+    failure = read_log(FIXTURES / "versions/v0.5.9_autotune_ninja.log").failure
+    text = describe(failure)
+    assert text.startswith("crashed at autotune: CalledProcessError: Command '['ninja', '-v', '-C'")
+    assert text.endswith("returned non-zero exit status 1.")
+    short = describe(failure, width=80)
+    assert len(short) < 120 and " ... " in short and short.endswith("exit status 1.")
+    gpu = read_log(FIXTURES / "real/sglang4233_unbalanced_memory.log").failure
+    assert describe(gpu).startswith("GPU busy") and "not the config's fault" in describe(gpu)
