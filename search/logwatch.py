@@ -87,9 +87,16 @@ class Signatures:
     exception_kinds: Mapping[str, str]
     ignore: re.Pattern[str]
     failures: tuple[_Failure, ...]
-    # One alternation of every pattern above: most lines (decode batches, NCCL chatter) match
-    # none, and one search is far cheaper than forty.
-    anything: re.Pattern[str]
+    # Literal strings at least one of which is in any line some pattern can match: most lines
+    # (decode batches, NCCL chatter) contain none, and `in` tests cost far less than regexes.
+    needles: tuple[str, ...]
+    unneedled: re.Pattern[str] | None  # the patterns no literal could be derived from
+
+    def worth_a_look(self, line: str) -> bool:
+        """False when no pattern can match ``line`` (a cheap superset test)."""
+        if any(needle in line for needle in self.needles):
+            return True
+        return self.unneedled is not None and self.unneedled.search(line) is not None
 
 
 def _signature_dir():
@@ -157,8 +164,15 @@ def load_signatures(version: str | None = None) -> Signatures:
         + [common["traceback"], common["exception"], common["frame"]]
         + [f.regex.pattern for f in failures]
     )
-    # The prefilter runs on the raw line (prefix still on), so it drops the anchors: a superset.
-    every = [p.removeprefix("^").removesuffix("$") for p in every]
+    needles: set[str] = set()
+    unneedled: list[str] = []
+    for pattern in every:
+        found = _needles(pattern)
+        if found is None:
+            # The prefilter runs on the raw line (prefix still on): without anchors, a superset.
+            unneedled.append(pattern.removeprefix("^").removesuffix("$"))
+        else:
+            needles |= found
     return Signatures(
         families=tuple(str(data.get("family")) for data in chosen),
         ansi=re.compile(prefix["ansi"]),
@@ -173,8 +187,46 @@ def load_signatures(version: str | None = None) -> Signatures:
         exception_kinds=dict(common.get("exception_kinds") or {}),
         ignore=_alternation(common.get("ignore") or []),
         failures=tuple(failures),
-        anything=_alternation(every),
+        needles=tuple(sorted(needles)),
+        unneedled=_alternation(unneedled) if unneedled else None,
     )
+
+
+_MIN_NEEDLE = 3
+
+
+def _needles(pattern: str) -> set[str] | None:
+    """Literal substrings, one of which every match of ``pattern`` contains; None if unknown."""
+    from re import _parser as sre_parse  # the stdlib's own regex parser
+
+    def of_sequence(items) -> set[str] | None:
+        best: set[str] | None = None
+        run = ""
+
+        def consider(candidate: set[str] | None) -> None:
+            nonlocal best
+            if candidate and min(map(len, candidate)) >= _MIN_NEEDLE:
+                if best is None or min(map(len, candidate)) > min(map(len, best)):
+                    best = candidate
+
+        for op, arg in items:
+            if op is sre_parse.LITERAL:
+                run += chr(arg)
+                continue
+            consider({run} if run else None)
+            run = ""
+            if op is sre_parse.SUBPATTERN:
+                consider(of_sequence(arg[-1]))
+            elif op is sre_parse.BRANCH:
+                branches = [of_sequence(branch) for branch in arg[1]]
+                if all(branches):
+                    consider(set().union(*branches))
+            elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT) and arg[0] >= 1:
+                consider(of_sequence(arg[2]))
+        consider({run} if run else None)
+        return best
+
+    return of_sequence(sre_parse.parse(pattern))
 
 
 # --------------------------------------------------------------------------- classifier
@@ -230,7 +282,7 @@ class LogClassifier:
             self._source_next = False
             return events
         for part in raw.split("\r") if "\r" in raw else (raw,):
-            if self.signatures.anything.search(part):
+            if self.signatures.worth_a_look(part):
                 self._classify(part, now, events)
         return events
 
