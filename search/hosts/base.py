@@ -1,0 +1,74 @@
+"""What every host offers the lifecycle: start a profile, follow its log, stop it, check it is clean.
+
+A host is where servers run (this machine, an SSH target); a handle is one running server.
+The local and SSH hosts implement the same two protocols so that the lifecycle, the trial and
+the study never know which one they drive. The trial marker (the environment variable
+:data:`MARKER_ENV`) is the only way anything is ever killed: never a process name or pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from search.profile import LaunchProfile
+
+MARKER_ENV = "SEARCH_TRIAL_MARKER"
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment, as ``nvidia-smi`` (or the emulator's stand-in) reports it."""
+
+    index: int
+    memory_used_mib: float
+    memory_total_mib: float
+    power_w: float | None
+    power_limit_w: float | None
+    utilization_pct: float | None
+
+
+@runtime_checkable
+class ServerHandle(Protocol):
+    """One server started by a host."""
+
+    marker: str
+    url: str
+    log_path: Path  # local copy of the server log, kept growing
+
+    def new_lines(self, timeout: float) -> list[str]:
+        """Complete log lines written since the last call; waits at most ``timeout`` for the first."""
+        ...
+
+    def returncode(self) -> int | None:
+        """The server process's exit status, None while it runs."""
+        ...
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Group SIGTERM, ``grace`` seconds, SIGKILL, then a sweep of everything carrying the marker."""
+        ...
+
+
+@runtime_checkable
+class Host(Protocol):
+    """A machine that runs launch profiles."""
+
+    name: str
+
+    def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> ServerHandle:
+        """Launch ``profile`` with ``marker`` in its environment, its output going to ``log_path``."""
+        ...
+
+    def ensure_clean(self, profile: LaunchProfile, *, timeout: float) -> None:
+        """Wait up to ``timeout`` for the profile's port and GPUs; raise InfrastructureFault naming the holders."""
+        ...
+
+    def kill_marker(self, marker: str) -> int:
+        """Kill every process carrying ``marker``; return how many there were."""
+        ...
+
+    def gpu_samples(self) -> list[GpuSample] | None:
+        """The host's GPUs now; None when unknown."""
+        ...

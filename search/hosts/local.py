@@ -1,0 +1,331 @@
+"""This machine as a host: servers are subprocesses in their own session, found again by marker.
+
+Teardown never trusts the process tree alone: SGLang's scheduler ranks outlive a SIGKILLed
+parent (they keep their GPUs), and a child may leave the process group. So every server gets
+``SEARCH_TRIAL_MARKER=<marker>`` in its environment, and after the group is signalled we scan
+``/proc/*/environ`` for the marker and kill what is left. Nothing is ever matched by name.
+Whether the host is clean is read from the kernel: listening sockets in ``/proc/net/tcp*`` for
+the port, and for the emulator the ``flock`` on its per-GPU lock files.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from search import gpu
+from search.emulator import gpu_state
+from search.emulator.config import Settings
+from search.errors import BadInput, InfrastructureFault
+from search.hosts.base import MARKER_ENV, GpuSample
+from search.logwatch import follow
+
+if TYPE_CHECKING:
+    from search.profile import LaunchProfile
+
+EMULATOR_LAUNCHER = (sys.executable, "-m", "search.emulator")
+EMULATOR_NVIDIA_SMI = (sys.executable, "-m", "search.emulator.nvidia_smi")
+_POLL_S = 0.02  # how often teardown looks whether the processes are gone
+_KILL_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear before we call it a fault
+_RELEASE_WAIT_S = 5.0  # how long port and GPUs get to be released once every process is gone
+_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def _proc_pids() -> Iterator[int]:
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            yield int(entry.name)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of a live process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces
+    return fields[0], int(fields[2])
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or another user's process: not ours either way
+        return False
+
+
+def _live_pids(marker: str, pgid: int | None = None) -> list[int]:
+    """Processes (zombies excluded: they hold nothing) carrying ``marker`` or in group ``pgid``."""
+    needle = f"{MARKER_ENV}={marker}".encode()
+    me = os.getpid()
+    found = []
+    for pid in _proc_pids():
+        if pid == me:
+            continue
+        stat = _stat(pid)
+        if stat is None or stat[0] in ("Z", "X"):
+            continue
+        if stat[1] == pgid or _carries(pid, needle):
+            found.append(pid)
+    return found
+
+
+def describe_pid(pid: int | None) -> str:
+    """``pid 1234 (python -m search.emulator --tp 2 ...)`` for messages."""
+    if pid is None:
+        return "an unknown process (another user's?)"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = " ".join(a.decode(errors="replace") for a in argv if a)
+    except OSError:
+        return f"pid {pid}"
+    if len(command) > 80:
+        command = command[:77] + "..."
+    return f"pid {pid} ({command})" if command else f"pid {pid}"
+
+
+def _listening_inodes(port: int) -> list[int]:
+    inodes = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A = LISTEN
+                inodes.append(int(cols[9]))
+    return inodes
+
+
+def _socket_owner(inodes: list[int]) -> int | None:
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for pid in _proc_pids():
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                if os.readlink(fd.path) in wanted:
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------- the handle
+
+
+class _LogReader:
+    """Follows the log in a thread (inotify via :func:`search.logwatch.follow`) into a queue."""
+
+    def __init__(self, path: Path) -> None:
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(path,), name=f"log {path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        for line in follow(path, self._closed.is_set):
+            self._lines.put(line)
+
+    def take(self, timeout: float) -> list[str]:
+        try:
+            lines = [self._lines.get(timeout=timeout) if timeout > 0 else self._lines.get_nowait()]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                lines.append(self._lines.get_nowait())
+            except queue.Empty:
+                return lines
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=1.0)
+
+
+class LocalServer:
+    """A server started by :class:`LocalHost`; the session leader is the launcher process."""
+
+    def __init__(self, host: LocalHost, profile: LaunchProfile, marker: str, log_path: Path,
+                 proc: subprocess.Popen[bytes]) -> None:
+        self.host = host
+        self.profile = profile
+        self.marker = marker
+        self.url = profile.url
+        self.log_path = log_path
+        self.pid = proc.pid
+        self._proc = proc
+        self._reader = _LogReader(log_path)
+
+    def new_lines(self, timeout: float) -> list[str]:
+        return self._reader.take(timeout)
+
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    def _alive(self) -> list[int]:
+        self._proc.poll()  # reap the leader so it stops counting
+        return _live_pids(self.marker, self.pid)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the group, wait ``grace``, SIGKILL the group and the marker, then check the host.
+
+        Raises InfrastructureFault when a process survives SIGKILL or the port or a GPU is
+        still held afterwards: the next trial must not start on a dirty host.
+        """
+        try:
+            if self._alive():
+                _signal_group(self.pid, signal.SIGTERM)
+                deadline = time.monotonic() + grace
+                while self._alive() and time.monotonic() < deadline:
+                    time.sleep(_POLL_S)
+            survivors = self._alive()
+            if survivors:
+                _signal_group(self.pid, signal.SIGKILL)
+                for pid in survivors:  # those that left the group
+                    _kill(pid)
+                _wait_gone(self._alive, _KILL_WAIT_S, f"trial {self.marker}")
+            self._proc.wait()
+            self.host.ensure_clean(self.profile, timeout=_RELEASE_WAIT_S)
+        finally:
+            self._reader.close()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(alive, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while (left := alive()) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    if left:
+        held = ", ".join(describe_pid(pid) for pid in left)
+        raise InfrastructureFault(f"{what}: {held} survived SIGKILL for {timeout:g} s; check the host by hand")
+
+
+# --------------------------------------------------------------------------- the host
+
+
+class LocalHost:
+    """Runs servers on this machine.
+
+    ``emulate=True`` starts ``python -m search.emulator`` with the profile's SGLang flags
+    instead of its launcher, and checks the emulator's GPU locks. On real GPUs only the port
+    is checked here; ``nvidia-smi`` checks come with the GPU module.
+    """
+
+    def __init__(self, *, emulate: bool = False, name: str = "local") -> None:
+        self.name = name
+        self.emulate = emulate
+
+    def _environment(self, profile: LaunchProfile, marker: str | None = None) -> dict[str, str]:
+        env = {**os.environ, **profile.env}
+        missing = [name for name in profile.secret_env if name not in os.environ]
+        if missing:
+            raise BadInput(f"secret {', '.join(missing)} named by the space is not set here: export it and retry")
+        if marker is not None:
+            env[MARKER_ENV] = marker
+        return env
+
+    def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> LocalServer:
+        """Start ``profile`` in a new session with its output (stdout and stderr) in ``log_path``."""
+        env = self._environment(profile, marker)
+        argv = [*EMULATOR_LAUNCHER, *profile.args] if self.emulate else list(profile.argv)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise InfrastructureFault(f"cannot start {argv[0]}: {exc.strerror}; check the launcher in the space") from None
+        return LocalServer(self, profile, marker, log_path, proc)
+
+    def held(self, profile: LaunchProfile) -> list[str]:
+        """What keeps ``profile`` from starting now: ``["port 30000 by pid 12 (...)", ...]``."""
+        found = []
+        inodes = _listening_inodes(profile.port)
+        if inodes:
+            found.append(f"port {profile.port} by {describe_pid(_socket_owner(inodes))}")
+        env = self._environment(profile)
+        gpus = _gpus(profile.args, env)
+        if self.emulate:
+            state = _emulator_state(env)
+            found += [
+                f"GPU {i} by {describe_pid(gpu_state.read(state, i).pid or None)}"
+                for i in gpus
+                if gpu_state.is_held(state, i)
+            ]
+        elif (samples := self.gpu_samples()) is not None:
+            found += gpu.busy(samples, gpus)
+        return found
+
+    def ensure_clean(self, profile: LaunchProfile, *, timeout: float) -> None:
+        """Wait up to ``timeout`` s until nothing holds the profile's port and GPUs; never kills."""
+        deadline = time.monotonic() + timeout
+        while (held := self.held(profile)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if held:
+            raise InfrastructureFault(
+                f"host {self.name} is not clean after {timeout:g} s: {'; '.join(held)} still held; "
+                "stop that process (only if it is yours) and retry"
+            )
+
+    def kill_marker(self, marker: str) -> int:
+        """SIGKILL every process carrying ``marker`` (a driver died mid-trial); return how many."""
+        pids = _live_pids(marker)
+        for pid in pids:
+            _kill(pid)
+        _wait_gone(lambda: _live_pids(marker), _KILL_WAIT_S, f"trial {marker}")
+        return len(pids)
+
+    def gpu_samples(self) -> list[GpuSample] | None:
+        """``nvidia-smi`` (the emulator's stand-in when emulating); None where there is none."""
+        if self.emulate:
+            command, env = EMULATOR_NVIDIA_SMI, {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(_emulator_state(os.environ))}
+        elif shutil.which("nvidia-smi"):
+            command, env = ("nvidia-smi",), None
+        else:
+            return None
+        done = subprocess.run(gpu.query_argv(command), capture_output=True, text=True, env=env, timeout=30)
+        if done.returncode != 0:
+            raise InfrastructureFault(f"{command[-1]} failed ({done.returncode}): {done.stderr.strip()[-200:]}")
+        return gpu.parse(done.stdout)
+
+
+def _emulator_state(env: Mapping[str, str]) -> Path:
+    return Settings.from_env(dict(env)).state_dir
+
+
+def _gpus(args: list[str], env: Mapping[str, str]) -> list[int]:
+    """The GPUs a server uses: ``CUDA_VISIBLE_DEVICES``, else 0..tp-1 (as SGLang and the emulator)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [int(part) for part in visible.split(",") if part.strip().isdigit()]
+    tp = 1
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in _TP_FLAGS:
+            tp = int(value if eq else args[i + 1])
+    return list(range(tp))
