@@ -69,6 +69,15 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
+def _choices(choices: Any) -> list | None:
+    """Choices as a list; a set (its order changes per process) is sorted to keep files stable."""
+    if choices is None:
+        return None
+    if isinstance(choices, (set, frozenset)):
+        choices = sorted(choices, key=repr)
+    return _json_safe(list(choices))
+
+
 def _converter(fn: Any) -> str | None:
     if fn is None:
         return None
@@ -105,7 +114,7 @@ def describe(action: argparse.Action) -> dict[str, Any]:
         "nargs": action.nargs,
         "type": _converter(action.type),
         "default": _json_safe(action.default),
-        "choices": _json_safe(list(action.choices)) if action.choices is not None else None,
+        "choices": _choices(action.choices),
         "const": _json_safe(const),
         "required": bool(action.required),
         "metavar": _json_safe(action.metavar),
