@@ -57,11 +57,16 @@ def cpu_while_following(rate: int, seconds: float) -> tuple[float, int]:
         cpu0, wall0 = time.process_time(), time.monotonic()
         writer.start()
         writer.join()
-        time.sleep(0.3)
+        written = path.read_bytes().count(b"\n")
+        deadline = time.monotonic() + 10
+        while seen[0] < written and time.monotonic() < deadline:
+            time.sleep(0.01)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         stop.set()
         thread.join()
-        return 100.0 * cpu / wall, seen[0]
+        if seen[0] != written:
+            raise SystemExit(f"watcher saw {seen[0]} of {written} lines")
+        return 100.0 * cpu / wall, written
 
 
 def detection_latency(trials: int) -> list[float]:
@@ -104,7 +109,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     args = parser.parse_args()
     cpu, lines = cpu_while_following(args.rate, args.seconds)
-    print(f"follow+classify at {args.rate} lines/s for {args.seconds:g} s: {lines} lines, CPU {cpu:.1f}% of one core")
+    print(
+        f"follow+classify, writer asked for {args.rate} lines/s for {args.seconds:g} s: "
+        f"{lines} lines ({lines / args.seconds:.0f}/s achieved), our CPU {cpu:.1f}% of one core"
+    )
     lat = sorted(detection_latency(args.trials))
     print(
         f"crash line -> failure event over {len(lat)} trials: median {statistics.median(lat) * 1000:.1f} ms, "
