@@ -1,0 +1,76 @@
+"""Per-GPU state files: `gpu<i>.lock` (flock held by the owning rank) and `gpu<i>.json`.
+
+The lock is the truth about ownership (the kernel drops it when the holder dies, even by
+SIGKILL); the JSON carries what `nvidia-smi` shows and is trusted only while the lock is held.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# The seed machine's GPU: RTX PRO 6000 Blackwell (SM120), 97,887 MiB, 600 W limit.
+TOTAL_MIB = 97887
+POWER_LIMIT_W = 600.0
+IDLE_POWER_W = 75.0
+IDLE_USED_MIB = 2
+
+
+@dataclass
+class GpuState:
+    index: int
+    pid: int
+    memory_used_mib: int
+    memory_total_mib: int = TOTAL_MIB
+    power_draw_w: float = IDLE_POWER_W
+    power_limit_w: float = POWER_LIMIT_W
+    utilization_pct: int = 0
+
+
+def lock_path(state_dir: Path, gpu: int) -> Path:
+    return state_dir / f"gpu{gpu}.lock"
+
+
+def json_path(state_dir: Path, gpu: int) -> Path:
+    return state_dir / f"gpu{gpu}.json"
+
+
+def try_lock(state_dir: Path, gpu: int) -> int | None:
+    """Open and flock the GPU's lock file; the fd (kept for the process's life) or None if held."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def is_held(state_dir: Path, gpu: int) -> bool:
+    fd = try_lock(state_dir, gpu)
+    if fd is None:
+        return True
+    os.close(fd)  # closing drops our probe lock
+    return False
+
+
+def write(state_dir: Path, state: GpuState) -> None:
+    """Atomically replace the GPU's JSON (readers never see half a file)."""
+    path = json_path(state_dir, state.index)
+    tmp = path.with_suffix(f".json.{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(state)))
+    os.replace(tmp, path)
+
+
+def read(state_dir: Path, gpu: int) -> GpuState:
+    """What the GPU shows now: the holder's JSON while its lock is held, else an idle GPU."""
+    if is_held(state_dir, gpu):
+        try:
+            return GpuState(**json.loads(json_path(state_dir, gpu).read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # holder is between lock and first write
+    return GpuState(index=gpu, pid=0, memory_used_mib=IDLE_USED_MIB)

@@ -1,0 +1,1 @@
+"""Landscapes shipped with the emulator (see ../landscape.py for the interface)."""

@@ -1,0 +1,152 @@
+"""The seed machine: 8x RTX PRO 6000 Blackwell (SM120, 97,887 MiB, 600 W), GLM-5-NVFP4, 83 shards.
+
+Calibrated on the seed run (../../../../shared/reference/sglang.md section 7); every assumption
+beyond it is listed in seed.md next to this file. Works with the flags of 0.5.8.post1, 0.5.9
+and 0.5.23 (graph and allreduce-fusion flags are read under both versions' names).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Output tok/s of the tuned configuration (cap removed, graphs off, flashinfer_cutlass autotune)
+# by running requests; the seed measured 256 / 512 / 1,024 and a peak near 4,000.
+_TUNED = ((1, 45.0), (16, 430.0), (64, 1000.0), (128, 1420.0), (256, 1950.0), (512, 2800.0),
+          (1024, 3740.0), (2048, 4050.0))
+_NO_AUTOTUNE = 0.82        # cutlass MoE with default tactics
+_GRAPH_SMALL_BATCH = 1.073  # graphs help while the batch fits a captured size (baseline 880 @ 64)
+_GRAPH_LARGE_BATCH = 0.92   # beyond the largest captured batch: padding and eager fallback
+_MOE_FACTOR = {"flashinfer_cutlass": 1.0, "auto": 0.95, "cutlass": 0.93, "triton": 0.72,
+               "marlin": 0.6}
+_WEIGHTS_GIB_TOTAL = 215.0  # GLM-5 NVFP4 across all ranks
+_GPU_GIB = 95.59
+_NINJA = ("subprocess.CalledProcessError: Command '['ninja', '-v', '-C', "
+          "'/root/.cache/flashinfer/0.5.3/120/cached_ops', '-f', "
+          "'/root/.cache/flashinfer/0.5.3/120/cached_ops/build.ninja']' returned non-zero exit status 1.")
+_OOM_GRAPH = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. "
+              "GPU 7 has a total capacity of 95.59 GiB of which 301.50 MiB is free. Including non-PyTorch "
+              "memory, this process has 95.29 GiB memory in use.\n"
+              "Possible solutions:\n"
+              "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+              "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+              "3. disable torch compile by not using --enable-torch-compile\n"
+              "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+              "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ")
+
+
+def graphs_off(flags: dict[str, Any]) -> bool:
+    return bool(flags.get("disable_cuda_graph")) or flags.get("cuda_graph_backend_decode") == "disabled" \
+        or bool(flags.get("disable_decode_cuda_graph"))
+
+
+def allreduce_fusion(flags: dict[str, Any]) -> bool:
+    return bool(flags.get("enable_flashinfer_allreduce_fusion")) \
+        or flags.get("flashinfer_allreduce_fusion_backend") not in (None, "")
+
+
+def autotunes(flags: dict[str, Any]) -> bool:
+    """The seed's SGLang was patched to autotune flashinfer_cutlass too (0.5.23 does natively)."""
+    return not flags.get("disable_flashinfer_autotune") and flags.get("moe_runner_backend") in (
+        "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_mxfp4")
+
+
+def _mem_fraction(flags: dict[str, Any]) -> float:
+    return float(flags.get("mem_fraction_static") or 0.85)
+
+
+def _tp(flags: dict[str, Any]) -> int:
+    return int(flags.get("tp_size") or 1)
+
+
+def _graph_max_bs(flags: dict[str, Any]) -> int:
+    given = flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs")
+    return int(given) if given else 256
+
+
+def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
+    tp, mem, moe = _tp(flags), _mem_fraction(flags), flags.get("moe_runner_backend")
+    weights = _WEIGHTS_GIB_TOTAL / tp
+    if weights > _GPU_GIB * 0.95:
+        return {"phase": "loading", "error": (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
+            f"capacity of 95.59 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this "
+            f"process has 94.78 GiB memory in use.")}
+    if tp > 1 and env.get("NCCL_NVLS_ENABLE") == "1":
+        return {"phase": "loading", "hang": True}  # NVLink SHARP on a PCIe box: stuck in NCCL init
+    if mem * _GPU_GIB - weights < 4.0:
+        return {"phase": "kv_cache", "error": (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            f"Current value: self.server_args.mem_fraction_static={mem}")}
+    if moe == "flashinfer_mxfp4":
+        return {"phase": "autotune" if autotunes(flags) else "cuda_graph", "error": (
+            "RuntimeError: flashinfer_mxfp4 MoE kernel does not support SM120; supported: SM90, SM100.")}
+    if moe in ("flashinfer_trtllm", "flashinfer_trtllm_routed"):
+        if autotunes(flags):
+            return {"phase": "autotune", "error": _NINJA}
+        return {"phase": "warmup", "error": "RuntimeError: trtllm-gen MoE kernels are not supported on SM120."}
+    if autotunes(flags) and flags.get("fp8_gemm_backend") in ("flashinfer_trtllm", "flashinfer_deepgemm"):
+        return {"phase": "autotune", "error": _NINJA}
+    if not graphs_off(flags):
+        if allreduce_fusion(flags):
+            return {"phase": "cuda_graph", "error": (
+                "Exception: Capture cuda graph failed: No supported CUDA architectures found for "
+                "major versions [9, 10].")}
+        if mem > 0.90 or (mem > 0.86 and flags.get("enable_torch_compile")):
+            return {"phase": "cuda_graph", "error": _OOM_GRAPH}
+    elif mem > 0.96:
+        return {"phase": "warmup", "error": (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+            "capacity of 95.59 GiB of which 1.12 GiB is free.")}
+    return None
+
+
+def _tuned(running: int) -> float:
+    """Interpolate the tuned curve linearly in log2(running)."""
+    r = max(1, running)
+    for (r0, t0), (r1, t1) in zip(_TUNED, _TUNED[1:]):
+        if r <= r1:
+            f = (math.log2(r) - math.log2(r0)) / (math.log2(r1) - math.log2(r0))
+            return t0 + f * (t1 - t0)
+    return _TUNED[-1][1]
+
+
+def _nccl_channels(env: dict[str, str]) -> float:
+    """A little gain from more NCCL channels on PCIe, then a little loss (SMs taken from compute)."""
+    try:
+        n = int(env.get("NCCL_MIN_NCHANNELS", "0"))
+    except ValueError:
+        return 1.0
+    return {0: 1.0, 1: 0.98, 2: 0.99, 4: 1.0, 8: 1.02, 16: 1.025, 32: 1.01}.get(n, 1.0 if n < 8 else 1.005)
+
+
+def throughput(flags: dict[str, Any], env: dict[str, str], running: int) -> float:
+    rate = _tuned(running) * _MOE_FACTOR.get(flags.get("moe_runner_backend"), 0.85)
+    if not autotunes(flags):
+        rate *= _NO_AUTOTUNE
+    if not graphs_off(flags):
+        rate *= _GRAPH_SMALL_BATCH if running <= _graph_max_bs(flags) else _GRAPH_LARGE_BATCH
+    if flags.get("enable_torch_compile") and not graphs_off(flags):
+        rate *= 1.03
+    rate *= _nccl_channels(env)
+    return rate * (_tp(flags) / 8) ** 0.5 if _tp(flags) < 8 else rate  # fewer GPUs, less bandwidth
+
+
+def phase_seconds(flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
+    seconds = {"starting": 25.0, "loading": 83 * 3.0, "kv_cache": 6.0, "cuda_graph": 70.0, "warmup": 5.0}
+    seconds["autotune"] = 95.0 if autotunes(flags) else 0.0
+    if flags.get("enable_torch_compile"):
+        seconds["cuda_graph"] += 240.0
+    return seconds
+
+
+def max_running_requests(flags: dict[str, Any], env: dict[str, str]) -> int:
+    """SGLang's auto cap follows the KV pool: ~64 KiB per token per GPU, 256 tokens per request."""
+    kv_gib = _mem_fraction(flags) * _GPU_GIB - _WEIGHTS_GIB_TOTAL / _tp(flags) - (0 if graphs_off(flags) else 3.0)
+    tokens = int(max(kv_gib, 0.5) * 1024 * 16)
+    return max(1, min(2048, tokens // 256))
+
+
+def corrupt(flags: dict[str, Any], env: dict[str, str]) -> bool:
+    """The seed hit NaN logits with an incompatible attention backend for the NSA model."""
+    return flags.get("attention_backend") == "triton"

@@ -1,0 +1,168 @@
+"""The main process: parse flags, plan the startup from the landscape, start the ranks, serve.
+
+Mirrors SGLang's launch: the main process logs `server_args=...`, spawns one scheduler per TP
+rank, waits for all to report ready, then runs the HTTP server and the warmup request. A child
+that fails sends SIGQUIT; the main process then logs SGLang's line and kills its process tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from search import manifests
+from search.emulator.config import Settings
+from search.emulator.gpu_state import TOTAL_MIB
+from search.emulator.landscape import Landscape, LandscapeError
+from search.emulator.logs import Logger
+
+# The built-in model: GLM-5-NVFP4 as the seed ran it.
+MODEL = {"shards": 83, "arch": "GlmMoeDsaForCausalLM", "weights_gib_total": 215.0, "context_len": 202752,
+         "kv_mib_per_token": 1 / 16}
+GPU_GIB = TOTAL_MIB / 1024
+# SGLang 0.5.8/0.5.9 autotune only these MoE runners; 0.5.23 added the rest.
+_AUTOTUNE_0_5_9 = {"flashinfer_trtllm", "flashinfer_mxfp4"}
+_AUTOTUNE_0_5_23 = _AUTOTUNE_0_5_9 | {"flashinfer_trtllm_routed", "flashinfer_cutedsl", "flashinfer_cutlass",
+                                      "flashinfer_megamoe"}
+
+
+def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
+    """Every dest of the version's parser; argparse itself prints usage/errors and exits 2."""
+    return vars(manifests.load(version).parser().parse_args(argv))
+
+
+def graphs_on(flags: dict[str, Any]) -> bool:
+    return not (flags.get("disable_cuda_graph") or flags.get("cuda_graph_backend_decode") == "disabled"
+                or flags.get("disable_decode_cuda_graph"))
+
+
+def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landscape: Landscape) -> dict[str, Any]:
+    """Everything the ranks and the server need, decided once from flags, env and landscape."""
+    outcome = landscape.startup(flags, env)
+    seconds, explicit_autotune = landscape.phase_seconds(flags, env)
+    if explicit_autotune is not None:
+        autotune = explicit_autotune > 0
+    else:
+        tuned = _AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9
+        autotune = flags.get("moe_runner_backend") in tuned and not flags.get("disable_flashinfer_autotune")
+    if outcome and outcome["phase"] == "autotune":
+        autotune = True  # a crash there means it ran
+    tp = int(flags.get("tp_size") or 1)
+    weights = MODEL["weights_gib_total"] / tp
+    fraction = float(flags.get("mem_fraction_static") or 0.85)
+    pool = max(fraction * GPU_GIB, weights + 0.5)
+    kv_tokens = int((pool - weights) * 1024 / MODEL["kv_mib_per_token"])
+    mrr = flags.get("max_running_requests") or landscape.max_running_requests(flags, env)
+    max_bs = flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or min(256, int(mrr))
+    return {
+        "version": settings.version, "state_dir": str(settings.state_dir), "host_gpus": settings.gpus,
+        "log_ms": env.get("SGLANG_LOG_MS", "0") not in ("", "0", "false", "False"),
+        "seconds": {k: v * settings.time_scale for k, v in seconds.items()},
+        "failure": outcome if outcome and not outcome.get("hang") else None,
+        "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
+        "failing_rank": 0, "autotune": autotune, "cuda_graph": graphs_on(flags),
+        "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
+        "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,
+        "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": int(mrr),
+        "chunked_prefill_size": flags.get("chunked_prefill_size") or 8192,
+        "max_prefill_tokens": flags.get("max_prefill_tokens") or 16384,
+        "context_len": flags.get("context_length") or MODEL["context_len"],
+        "graph_bs": [b for b in [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+                                 320, 384, 448, 512] if b <= int(max_bs)],
+        "corrupt": landscape.corrupt(flags, env),
+    }
+
+
+def gpus_of(flags: dict[str, Any], env: dict[str, str]) -> list[int]:
+    tp = int(flags.get("tp_size") or 1)
+    visible = [int(g) for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
+    base = int(flags.get("base_gpu_id") or 0)
+    return [visible[base + r] if base + r < len(visible) else 10_000 + r for r in range(tp)] if visible \
+        else [base + r for r in range(tp)]
+
+
+class Ranks:
+    """The rank children: start them, wait for ready, feed them load, end them."""
+
+    def __init__(self, the_plan: dict[str, Any], gpus: list[int]) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.ready_fds: list[int] = []
+        for rank, gpu in enumerate(gpus):
+            r, w = os.pipe()
+            proc = subprocess.Popen([sys.executable, "-m", "search.emulator.ranks"], stdin=subprocess.PIPE,
+                                    pass_fds=(w,), start_new_session=False)
+            os.close(w)
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps({**the_plan, "rank": rank, "gpu": gpu, "ready_fd": w}) + "\n").encode())
+            proc.stdin.flush()
+            self.procs.append(proc)
+            self.ready_fds.append(r)
+
+    def wait_ready(self) -> None:
+        """Block until every rank said ready (a failing rank SIGQUITs us instead; a hang waits forever)."""
+        pending = set(self.ready_fds)
+        while pending:
+            readable, _, _ = select.select(list(pending), [], [])
+            for fd in readable:
+                if os.read(fd, 64):
+                    pending.discard(fd)
+                else:  # rank died without SIGQUIT (killed from outside): wait as SGLang would hang
+                    pending.discard(fd)
+                    self.ready_fds.remove(fd)
+
+    def send(self, line: str) -> None:
+        for proc in self.procs:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+
+def main(argv: list[str]) -> int:
+    settings = Settings.from_env()
+    try:
+        flags = parse_flags(settings.version, argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    env = dict(os.environ)
+    try:
+        landscape = Landscape.load(settings.landscape)
+        the_plan = plan(settings, flags, env, landscape)
+    except LandscapeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    log = Logger(settings.version, None, the_plan["log_ms"])
+    log.raw("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in flags.items()) + ")")
+    ranks = Ranks(the_plan, gpus_of(flags, env))
+
+    def on_sigquit(signum: int, frame: object) -> None:
+        log.say("sigquit")
+        ranks.kill()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        ranks.kill(signal.SIGTERM)
+        for proc in ranks.procs:
+            proc.wait()
+        os._exit(0)
+
+    signal.signal(signal.SIGQUIT, on_sigquit)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    ranks.wait_ready()
+    from search.emulator.server import serve  # FastAPI/uvicorn import only once the ranks are up
+
+    serve(flags, env, the_plan, landscape, settings, ranks, log)
+    ranks.kill(signal.SIGTERM)
+    return 0

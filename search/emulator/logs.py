@@ -1,0 +1,131 @@
+"""SGLang's log lines: the `[time TPn]` prefix and each version's wording.
+
+Wording is data (WORDING below, from ../../shared/reference/sglang.md section 2): 0.5.8.post1 and
+0.5.9 share a family with two small differences, 0.5.23 is reworded in places.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+_COMMON = {
+    "dist_begin": "Init torch distributed begin.",
+    "load_begin": "Load weight begin. avail mem={avail:.2f} GB",
+    "shards": "Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/{total} [{elapsed}<{left}, {rate:5.2f}it/s]",
+    "kv_dtype": "Using KV cache dtype: torch.bfloat16",
+    "kv_alloc": "KV Cache is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB",
+    "pool_end": "Memory pool end. avail mem={avail:.2f} GB",
+    "autotune_end": "FlashInfer autotune completed.",
+    "tuner_start": "flashinfer.jit: [Autotuner]: Autotuning process starts ...",
+    "tuner_end": "flashinfer.jit: [Autotuner]: Autotuning process ends",
+    "graph_bs": "Capture cuda graph bs {bs}",
+    "graph_bar": "Capturing batches (bs={bs} avail_mem={avail:.2f} GB): {pct:3d}%|{bar}| {done}/{total} [{elapsed}<{left}, {rate:5.2f}it/s]",
+    "graph_end": "Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB.",
+    "max_tokens": "max_total_num_tokens={tokens}, chunked_prefill_size={chunked}, max_prefill_tokens={prefill}, max_running_requests={mrr}, context_len={ctx}, available_gpu_mem={avail:.2f} GB",
+    "exception": "Scheduler hit an exception: {traceback}",
+    "sigquit": "Received sigquit from a child process. It usually means the child failed.",
+    "ready": "The server is fired up and ready to roll!",
+    "nan": "Detected errors during sampling! NaN in the logits.",
+}
+_FAMILY_0_5_9 = {
+    **_COMMON,
+    "dist_end": "Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB",
+    "load_end": "Load weight end. elapsed={elapsed:.2f} s, type={arch}, dtype=torch.bfloat16, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+    "autotune_begin": "Running FlashInfer autotune...",
+    "graph_begin": "Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+    "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, input throughput (token/s): {rate:.2f}, cuda graph: {graph}",
+    "decode": "Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, gen throughput (token/s): {rate:.2f}, #queue-req: {queued}",
+}
+WORDING = {
+    "0.5.8.post1": {
+        **_FAMILY_0_5_9,
+        "dist_end": "Init torch distributed ends. mem usage={usage:.2f} GB",
+        "load_end": "Load weight end. type={arch}, dtype=torch.bfloat16, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+    },
+    "0.5.9": _FAMILY_0_5_9,
+    "0.5.23": {
+        **_FAMILY_0_5_9,
+        "load_end": "Load weight end. elapsed={elapsed:.2f} s, type={arch}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+        "autotune_begin": "Running FlashInfer autotune with cache: {cache}",
+        "graph_begin": "Capture {role} decode cuda graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB",
+        "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: {graph}, input throughput (token/s): {rate:.2f}",
+    },
+}
+
+
+_SITE = "/usr/local/lib/python3.12/dist-packages"
+_HEAD = [("managers/scheduler.py", 3046, "run_scheduler_process", "scheduler = Scheduler("),
+         ("managers/scheduler.py", 383, "__init__", "self.tp_worker = TpModelWorker("),
+         ("managers/tp_worker.py", 254, "__init__", "self.model_runner = ModelRunner(")]
+# Innermost frames per failing phase; the function names are the ones real tracebacks show.
+_FRAMES = {
+    "loading": _HEAD + [("model_executor/model_runner.py", 396, "initialize", "self.load_model()"),
+                        ("model_executor/model_runner.py", 802, "load_model", "self.model = get_model("),
+                        ("model_loader/loader.py", 634, "load_weights", "model.load_weights(weights)")],
+    "kv_cache": _HEAD + [("model_executor/model_runner.py", 437, "initialize", "self.init_memory_pool("),
+                         ("model_executor/model_runner.py", 1736, "init_memory_pool", "self.max_total_num_tokens = self.profile_max_num_token(total_gpu_memory)"),
+                         ("model_executor/model_runner.py", 1498, "profile_max_num_token", "raise RuntimeError(")],
+    "autotune": _HEAD + [("model_executor/model_runner.py", 460, "initialize", "self.kernel_warmup()"),
+                         ("model_executor/model_runner.py", 1953, "kernel_warmup", "self._flashinfer_autotune()"),
+                         ("model_executor/model_runner.py", 1981, "_flashinfer_autotune", "self._dummy_run(batch_size=self.req_to_token_pool.size)")],
+    "cuda_graph": _HEAD + [("model_executor/model_runner.py", 466, "initialize", "self.init_device_graphs()"),
+                           ("model_executor/model_runner.py", 2231, "init_device_graphs", "self.graph_runner = CudaGraphRunner(self)"),
+                           ("model_executor/cuda_graph_runner.py", 381, "__init__", "raise Exception(")],
+    "warmup": [("managers/scheduler.py", 3061, "run_scheduler_process", "scheduler.event_loop_overlap()"),
+               ("managers/scheduler.py", 1005, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
+               ("managers/scheduler.py", 2093, "run_batch", "logits_output, next_token_ids = self.tp_worker.forward_batch_generation("),
+               ("model_executor/model_runner.py", 2412, "forward", "return self._forward_raw(")],
+    "starting": [("managers/scheduler.py", 3046, "run_scheduler_process", "scheduler = Scheduler("),
+                 ("model_executor/model_runner.py", 352, "__init__", "min_per_gpu_memory = self.init_torch_distributed()"),
+                 ("model_executor/model_runner.py", 661, "init_torch_distributed", "raise RuntimeError(")],
+}
+
+
+def wording(version: str) -> dict[str, str]:
+    """Templates of the version, or of the nearest older shipped one for an unknown patch level."""
+    if version in WORDING:
+        return WORDING[version]
+    return WORDING["0.5.23"] if tuple(int(p) for p in version.split(".")[:3] if p.isdigit()) >= (0, 5, 23) \
+        else WORDING["0.5.9"]
+
+
+class Logger:
+    """Writes `[YYYY-MM-DD HH:MM:SS{.mmm}{ TPn}] message` lines as SGLang's basicConfig does (stderr)."""
+
+    def __init__(self, version: str, rank: int | None, ms: bool, stream: TextIO = sys.stderr) -> None:
+        self.words = wording(version)
+        self.tag = f" TP{rank}" if rank is not None else ""
+        self.ms = ms
+        self.stream = stream
+
+    def prefix(self) -> str:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+        if self.ms:
+            stamp += f".{int(now % 1 * 1000):03d}"
+        return f"[{stamp}{self.tag}] "
+
+    def raw(self, message: str) -> None:
+        self.stream.write(self.prefix() + message + "\n")
+        self.stream.flush()
+
+    def say(self, key: str, **values: object) -> None:
+        self.raw(self.words[key].format(**values))
+
+    def bar(self, key: str, **values: object) -> None:
+        """A tqdm progress line: written by tqdm itself, so without the logging prefix."""
+        self.stream.write(self.words[key].format(**values) + "\n")
+        self.stream.flush()
+
+    def exception(self, phase: str, error: str) -> None:
+        """`Scheduler hit an exception:` with a traceback through the phase's SGLang frames."""
+        frames = "".join(f'  File "{_SITE}/sglang/srt/{path}", line {line}, in {func}\n    {code}\n'
+                         for path, line, func, code in _FRAMES[phase])
+        self.say("exception", traceback=f"Traceback (most recent call last):\n{frames}{error}")
+
+
+def tqdm_time(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"

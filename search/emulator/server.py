@@ -1,0 +1,381 @@
+"""SGLang's HTTP API on FastAPI/uvicorn (SGLang's own stack), backed by the token scheduler.
+
+Streaming bodies are built from per-request byte templates (only the text and counts change per
+chunk) so serialization stays cheap at thousands of chunks per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Request as HttpRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from search.emulator import tokens
+from search.emulator.config import Settings
+from search.emulator.landscape import Landscape
+from search.emulator.logs import Logger
+from search.emulator.scheduler import Request, Scheduler
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
+_WARMUP_PROMPT = "The capital city of France is"
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Emulator:
+    """State shared by the endpoints: flags, plan, scheduler, readiness."""
+
+    def __init__(self, flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], landscape: Landscape,
+                 settings: Settings, log: Logger) -> None:
+        self.flags, self.env, self.plan, self.log = flags, env, plan, log
+        self.ready = False
+        self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
+        self.rank0 = Logger(settings.version, 0, plan["log_ms"])
+        graph = "True" if plan["cuda_graph"] else "False"
+        self.scheduler = Scheduler(
+            rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
+            stream_interval=int(flags.get("stream_interval") or 1), kv_tokens=plan["kv_tokens"],
+            noise=settings.noise, seed=settings.seed, log_interval=int(flags.get("decode_log_interval") or 40),
+            on_prefill=lambda seqs, new, running, queued, usage, rate: self.rank0.say(
+                "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate, graph=graph),
+            on_decode=lambda running, toks, queued, usage, rate: self.rank0.say(
+                "decode", running=running, tokens=toks, queued=queued, usage=usage, rate=rate, graph=graph),
+            record=bool(flags.get("enable_metrics")))
+
+    # --- request handling -------------------------------------------------------------------
+    def new_request(self, prompt: str | list[int], prompt_tokens: int, max_tokens: int | None, ignore_eos: bool,
+                    temperature: float) -> tuple[Request, int]:
+        seed = tokens.seed_of(prompt)
+        if temperature > 0:
+            seed ^= int.from_bytes(os.urandom(8), "little")
+        limit = max_tokens if max_tokens is not None else 128
+        natural = limit if ignore_eos else min(limit, tokens.natural_length(seed))
+        req = Request(prompt_tokens, natural, "length" if natural == limit else "stop")
+        self.scheduler.submit(req)
+        return req, seed
+
+    async def run(self, req: Request) -> AsyncIterator[int]:
+        """Yield req.emitted each time new tokens are out; free the slot however it ends."""
+        try:
+            while req.state not in ("done", "aborted"):
+                await self.scheduler.wait(req)
+                if req.emitted:
+                    yield req.emitted
+        finally:
+            self.scheduler.abort(req)
+
+    def text(self, seed: int, start: int, end: int) -> str:
+        return tokens.text(seed, start, end, self.plan["corrupt"])
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"object": "error", "message": message, "type": "BadRequestError", "param": None,
+                         "code": status}, status_code=status)
+
+
+async def _body(http: HttpRequest) -> dict[str, Any]:
+    try:
+        body = json.loads(await http.body())
+    except ValueError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    return body
+
+
+def _int(body: dict[str, Any], key: str, default: int | None) -> int | None:
+    value = body.get(key, default)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise BadRequest(f"'{key}' must be a non-negative integer, got {value!r}.")
+    return value
+
+
+def _sampling(body: dict[str, Any]) -> tuple[float, bool]:
+    temperature = body.get("temperature", 1.0 if "temperature" in body else 0.0)
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+        raise BadRequest(f"'temperature' must be a non-negative number, got {temperature!r}.")
+    return float(temperature), bool(body.get("ignore_eos", False))
+
+
+def _prompt(value: Any) -> tuple[str | list[int], int]:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        value = value[0]
+    if isinstance(value, str) and value:
+        return value, tokens.count(value)
+    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return value, len(value)
+    raise BadRequest("'prompt' must be a non-empty string or a list of token ids.")
+
+
+def _messages(value: Any) -> tuple[str, int]:
+    if not isinstance(value, list) or not value or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in value):
+        raise BadRequest("'messages' must be a non-empty list of {role, content} objects.")
+    joined = "\n".join(f"{m.get('role', 'user')}: {m['content']}" for m in value)
+    return joined, sum(tokens.count(m["content"]) + 4 for m in value) + 3
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def build_app(emu: Emulator) -> FastAPI:
+    app = FastAPI()
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_: HttpRequest, exc: BadRequest) -> JSONResponse:
+        return _error(str(exc))
+
+    async def health() -> Response:
+        if not emu.ready:
+            return Response(status_code=503)
+        req, _ = emu.new_request("health", 1, 1, True, 0.0)
+        try:
+            await asyncio.wait_for(_drain(emu, req), float(emu.env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")))
+        except asyncio.TimeoutError:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/health_generate", health, methods=["GET"])
+
+    @app.get("/model_info")
+    async def model_info() -> dict[str, Any]:
+        return {"model_path": emu.flags.get("model_path"), "tokenizer_path": emu.flags.get("tokenizer_path")
+                or emu.flags.get("model_path"), "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
+
+    async def server_info() -> dict[str, Any]:
+        s = emu.scheduler
+        return {**{k: v for k, v in emu.flags.items()}, "max_total_num_tokens": emu.plan["kv_tokens"],
+                "internal_states": [{"last_gen_throughput": s.stats.last_gen_throughput,
+                                     "memory_usage": {"weight": emu.plan["weights_gib"],
+                                                      "kvcache": emu.plan["pool_gib"] - emu.plan["weights_gib"]},
+                                     "effective_max_running_requests_per_dp": s.cap}],
+                "version": emu.plan["version"]}
+
+    app.add_api_route("/server_info", server_info, methods=["GET"])
+    app.add_api_route("/get_server_info", server_info, methods=["GET"])
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": emu.model, "object": "model", "created": int(time.time()),
+                                            "owned_by": "sglang", "root": emu.model, "parent": None,
+                                            "max_model_len": emu.plan["context_len"]}]}
+
+    @app.post("/flush_cache")
+    async def flush_cache() -> Response:
+        if emu.scheduler.num_running or emu.scheduler.queue:
+            return Response("Cache not flushed. Please check for pending requests.", status_code=400)
+        return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                        "or waiting requests, the operation will not be performed.)\n")
+
+    @app.post("/v1/completions")
+    async def completions(http: HttpRequest) -> Response:
+        body = await _body(http)
+        prompt, n_prompt = _prompt(body.get("prompt"))
+        return await _openai(emu, body, prompt, n_prompt, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(http: HttpRequest) -> Response:
+        body = await _body(http)
+        prompt, n_prompt = _messages(body.get("messages"))
+        return await _openai(emu, body, prompt, n_prompt, chat=True)
+
+    @app.post("/generate")
+    async def generate(http: HttpRequest) -> Response:
+        body = await _body(http)
+        if "input_ids" in body:
+            prompt, n_prompt = _prompt(body["input_ids"])
+        else:
+            prompt, n_prompt = _prompt(body.get("text"))
+        params = body.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise BadRequest("'sampling_params' must be an object.")
+        temperature, ignore_eos = _sampling(params)
+        req, seed = emu.new_request(prompt, n_prompt, _int(params, "max_new_tokens", 128), ignore_eos, temperature)
+        rid = uuid.uuid4().hex
+
+        def payload(n: int) -> dict[str, Any]:
+            done = req.state == "done" and n >= req.target
+            return {"text": emu.text(seed, 0, n), "meta_info": {
+                "id": rid, "finish_reason": {"type": req.finish_reason} if done else None,
+                "prompt_tokens": n_prompt, "completion_tokens": n, "cached_tokens": 0,
+                "e2e_latency": time.monotonic() - req.arrived}}
+
+        if body.get("stream"):
+            async def events() -> AsyncIterator[bytes]:
+                async for n in emu.run(req):
+                    yield b"data: " + json.dumps(payload(n)).encode() + b"\n\n"
+                yield b"data: [DONE]\n\n"
+            return StreamingResponse(events(), media_type="text/event-stream")
+        await _drain(emu, req)
+        return JSONResponse(payload(req.emitted))
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if not emu.flags.get("enable_metrics"):
+            return Response("Not Found", status_code=404)
+        return Response(_metrics(emu), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+async def _drain(emu: Emulator, req: Request) -> None:
+    async for _ in emu.run(req):
+        pass
+
+
+async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], n_prompt: int, chat: bool) -> Response:
+    temperature, ignore_eos = _sampling(body)
+    max_tokens = _int(body, "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
+                      None)
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise BadRequest("'stream_options' must be an object.")
+    req, seed = emu.new_request(prompt, n_prompt, max_tokens, ignore_eos, temperature)
+    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    created = int(time.time())
+    model = json.dumps(body.get("model") or emu.model)
+    obj = "chat.completion" if chat else "text_completion"
+    if not body.get("stream"):
+        await _drain(emu, req)
+        text = emu.text(seed, 0, req.emitted)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": req.finish_reason, "matched_stop": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+        else:
+            choice.update(text=text, logprobs=None)
+        return JSONResponse({"id": rid, "object": obj, "created": created, "model": json.loads(model),
+                             "choices": [choice], "usage": _usage(n_prompt, req.emitted)})
+    chunk_obj = f"{obj}.chunk" if chat else obj
+    head = f'data: {{"id":"{rid}","object":"{chunk_obj}","created":{created},"model":{model},"choices":['
+    head_b = head.encode()
+    if chat:
+        open_b, close_b = b'{"index":0,"delta":{"content":', b'},"logprobs":null,"finish_reason":'
+    else:
+        open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
+    tail_b = b',"matched_stop":null}]}\n\n'
+    include_usage = bool(stream_options.get("include_usage"))
+
+    async def events() -> AsyncIterator[bytes]:
+        if chat:
+            yield head_b + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,' \
+                           b'"finish_reason":null}]}\n\n'
+        sent = 0
+        async for n in emu.run(req):
+            text = json.dumps(emu.text(seed, sent, n)).encode()
+            sent = n
+            yield head_b + open_b + text + close_b + b"null" + tail_b
+        finish = json.dumps(req.finish_reason).encode()
+        yield head_b + open_b + b'""' + close_b + finish + tail_b
+        if include_usage:
+            usage = json.dumps(_usage(n_prompt, req.emitted), separators=(",", ":")).encode()
+            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' + usage + b"}\n\n"
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _histogram(name: str, values: list[float]) -> list[str]:
+    lines = [f"# TYPE sglang:{name} histogram"]
+    for le in _BUCKETS:
+        label = "+Inf" if le == float("inf") else repr(le)
+        lines.append(f'sglang:{name}_bucket{{le="{label}"}} {sum(1 for v in values if v <= le)}')
+    lines += [f"sglang:{name}_sum {sum(values)}", f"sglang:{name}_count {len(values)}"]
+    return lines
+
+
+def _metrics(emu: Emulator) -> str:
+    s = emu.scheduler
+    st = s.stats
+    lines = [
+        "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs {s.num_running}",
+        "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs {len(s.queue)}",
+        "# TYPE sglang:token_usage gauge", f"sglang:token_usage {s.token_usage()}",
+        "# TYPE sglang:gen_throughput gauge", f"sglang:gen_throughput {st.last_gen_throughput}",
+        "# TYPE sglang:cache_hit_rate gauge", "sglang:cache_hit_rate 0.0",
+        "# TYPE sglang:prompt_tokens_total counter", f"sglang:prompt_tokens_total {st.prompt_tokens}",
+        "# TYPE sglang:generation_tokens_total counter", f"sglang:generation_tokens_total {st.generation_tokens}",
+        "# TYPE sglang:num_requests_total counter", f"sglang:num_requests_total {st.requests}",
+    ]
+    lines += _histogram("time_to_first_token_seconds", st.ttft)
+    lines += _histogram("inter_token_latency_seconds", st.itl)
+    lines += _histogram("e2e_request_latency_seconds", st.e2e)
+    return "\n".join(lines) + "\n"
+
+
+def _log_config(ms: bool) -> dict[str, Any]:
+    """uvicorn's config with SGLang's `[time] LEVEL:     message` format."""
+    stamp = "%(asctime)s.%(msecs)03d" if ms else "%(asctime)s"
+    fmt = {"datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False}
+    return {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"default": {"()": "uvicorn.logging.DefaultFormatter",
+                                       "fmt": f"[{stamp}] %(levelprefix)s %(message)s", **fmt},
+                           "access": {"()": "uvicorn.logging.AccessFormatter",
+                                      "fmt": f'[{stamp}] %(levelprefix)s %(client_addr)s - "%(request_line)s" '
+                                             f'%(status_code)s', **fmt}},
+            "handlers": {"default": {"formatter": "default", "class": "logging.StreamHandler",
+                                     "stream": "ext://sys.stderr"},
+                         "access": {"formatter": "access", "class": "logging.StreamHandler",
+                                    "stream": "ext://sys.stdout"}},
+            "loggers": {"uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+                        "uvicorn.error": {"level": "INFO"},
+                        "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False}}}
+
+
+async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
+    """SGLang's own warmup: GET /model_info, one 8-token POST /generate, then ready."""
+    ranks.send("warmup")
+    async with httpx.AsyncClient(base_url=base, timeout=None) as client:
+        await client.get("/model_info")
+        emu.ready = True  # the warmup request itself is let through; health waits on its success
+        if emu.plan["hang"] == "warmup":
+            emu.ready = False
+            await asyncio.Event().wait()
+        if emu.plan["failure"] and emu.plan["failure"]["phase"] == "warmup":
+            emu.ready = False
+            await asyncio.Event().wait()  # the rank crashes and SIGQUITs us
+        await client.post("/generate", json={"text": _WARMUP_PROMPT,
+                                             "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+    logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
+    emu.log.say("ready")
+
+
+async def _report_load(emu: Emulator, ranks: Any) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        ranks.send(f"load {len(emu.scheduler.running)} {emu.scheduler.current_rate():.1f}")
+
+
+def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], landscape: Landscape,
+          settings: Settings, ranks: Any, log: Logger) -> None:
+    """Run uvicorn until SIGTERM/SIGINT; warmup and the ticker start with the app."""
+    emu = Emulator(flags, env, plan, landscape, settings, log)
+    app = build_app(emu)
+    host, port = flags.get("host") or "127.0.0.1", int(flags.get("port") or 30000)
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    background: list[asyncio.Task[None]] = []
+
+    @app.on_event("startup")
+    async def start() -> None:
+        emu.scheduler.start()
+        loop = asyncio.get_running_loop()
+        background.append(loop.create_task(_report_load(emu, ranks)))
+        loop.call_later(0.05, lambda: background.append(loop.create_task(_warmup(emu, ranks, base))))
+
+    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
+                            loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
+    uvicorn.Server(config).run()
