@@ -26,17 +26,19 @@ import httpx_sse
 from search.loadtest import LadderSpec, run_ladder
 
 
-def _sse_body(n: int) -> bytes:
+def _sse_body(n: int, usage: bool) -> bytes:
+    """n one-token chunks, the usage chunk when asked for (as SGLang does), then [DONE]."""
     chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": " a", "finish_reason": None}]}
-    usage = {"id": "x", "object": "text_completion", "choices": [],
-             "usage": {"prompt_tokens": 0, "completion_tokens": n, "total_tokens": n}}
-    return (f"data: {json.dumps(chunk)}\n\n" * n + f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n").encode()
+    last = {"id": "x", "object": "text_completion", "choices": [],
+            "usage": {"prompt_tokens": 0, "completion_tokens": n, "total_tokens": n}}
+    tail = f"data: {json.dumps(last)}\n\n" if usage else ""
+    return (f"data: {json.dumps(chunk)}\n\n" * n + tail + "data: [DONE]\n\n").encode()
 
 
 class _Instant(asyncio.Protocol):
     """HTTP/1.1 keep-alive; answers each request with the whole SSE stream in one write."""
 
-    cache: dict[int, bytes] = {}
+    cache: dict[tuple[int, bool], bytes] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -57,10 +59,11 @@ class _Instant(asyncio.Protocol):
             if head.startswith(b"GET"):
                 payload, ctype = b'{"object":"list","data":[{"id":"instant"}]}', b"application/json"
             else:
-                n = int(json.loads(body).get("max_tokens", 16))
-                if n not in self.cache:
-                    self.cache[n] = _sse_body(n)
-                payload, ctype = self.cache[n], b"text/event-stream"
+                req = json.loads(body)
+                key = (int(req.get("max_tokens", 16)), bool((req.get("stream_options") or {}).get("include_usage")))
+                if key not in self.cache:
+                    self.cache[key] = _sse_body(*key)
+                payload, ctype = self.cache[key], b"text/event-stream"
             self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
                                  + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 

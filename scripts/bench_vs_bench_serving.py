@@ -1,0 +1,98 @@
+"""Our load test against a client no one here wrote: ``sglang.bench_serving --backend sglang-oai``.
+
+Both run the same settings against the same emulator: N requests of exactly ``--input-len`` /
+``--output-len`` tokens, at most C in flight, request rate inf, counted from the first send to
+the last end (our ``--requests`` mode is that procedure). bench_serving needs a tokenizer and a
+dataset file; both are built here, locally, with nothing downloaded: a word-level tokenizer made
+with the ``tokenizers`` library and a ShareGPT-shaped JSON of generated conversations.
+
+bench_serving is run as shipped (``runpy`` on ``sglang.bench_serving``) with one shim: its
+module imports ``FAKE_BOOTSTRAP_HOST`` from ``sglang.srt.disaggregation.utils``, whose package
+imports the multimodal configs and so torchvision, which has no build on the package index
+matching this machine's torch 2.13+cpu. The shim registers that module with the one constant.
+
+    python scripts/bench_vs_bench_serving.py [--concurrency 64,256,1024] [--input-len 1024] [--output-len 64] [--waves 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_accuracy import emulator
+from search.loadtest import LadderSpec, parse_concurrency, run_ladder
+
+_SHIM = (
+    "import sys, types, runpy; "
+    "m = types.ModuleType('sglang.srt.disaggregation.utils'); m.FAKE_BOOTSTRAP_HOST = '2.2.2.2'; "
+    "sys.modules[m.__name__] = m; "
+    "runpy.run_module('sglang.bench_serving', run_name='__main__', alter_sys=True)"
+)
+
+
+def build_tokenizer(directory: Path, vocab: int = 32000) -> None:
+    """A word-level tokenizer (w0..wN) saved as a transformers-loadable directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(vocab - 1)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(directory)
+
+
+def build_dataset(path: Path, conversations: int, seed: int = 0) -> None:
+    """ShareGPT-shaped conversations of random words (bench_serving's random dataset samples them)."""
+    rng = random.Random(seed)
+    rows = [{"conversations": [{"from": "human", "value": " ".join(f"w{rng.randrange(1, 32000)}" for _ in range(200))},
+                               {"from": "gpt", "value": "w1 w2 w3"}]} for _ in range(conversations)]
+    path.write_text(json.dumps(rows))
+
+
+def bench_serving(url: str, work: Path, concurrency: int, requests: int, input_len: int, output_len: int) -> dict:
+    out = work / f"bench_serving_{concurrency}.jsonl"
+    cmd = [sys.executable, "-c", _SHIM, "--backend", "sglang-oai", "--base-url", url, "--model", "m",
+           "--tokenizer", str(work / "tokenizer"), "--dataset-name", "random",
+           "--dataset-path", str(work / "sharegpt.json"), "--random-input-len", str(input_len),
+           "--random-output-len", str(output_len), "--random-range-ratio", "1.0", "--num-prompts", str(requests),
+           "--max-concurrency", str(concurrency), "--request-rate", "inf", "--disable-tqdm",
+           "--output-file", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_serving failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--concurrency", default="64,256,1024")
+    ap.add_argument("--input-len", type=int, default=1024)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--waves", type=int, default=3, help="requests per level = waves x concurrency")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, emulator() as url:
+        work = Path(tmp)
+        build_tokenizer(work / "tokenizer")
+        levels = parse_concurrency(args.concurrency)
+        build_dataset(work / "sharegpt.json", args.waves * max(levels))
+        print(f"{'streams':>7} {'requests':>8} {'bench_serving tok/s':>19} {'ours tok/s':>10} {'diff':>7} "
+              f"{'bs TTFT p50':>11} {'our TTFT p50':>12} {'bs ITL p50':>10} {'our ITL p50':>11}")
+        for c in levels:
+            n = args.waves * c
+            theirs = bench_serving(url, work, c, n, args.input_len, args.output_len)
+            spec = LadderSpec(concurrency=(c,), input_len=args.input_len, output_len=args.output_len,
+                              duration_s=None, requests=n)
+            ours = run_ladder(url, spec).levels[0]
+            diff = (ours.output_throughput - theirs["output_throughput"]) / theirs["output_throughput"]
+            print(f"{c:>7} {n:>8} {theirs['output_throughput']:>19,.1f} {ours.output_throughput:>10,.1f} {diff:>+7.2%} "
+                  f"{theirs['median_ttft_ms']:>11.0f} {ours.median_ttft_ms:>12.0f} "
+                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
