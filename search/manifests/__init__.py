@@ -53,6 +53,7 @@ class Flag:
     replacement: str | None
     help: str
     const: Any = None
+    const_value: Any = None           # what DeprecatedStoreConstAction stores
     required: bool = False
     metavar: Any = None
     deprecated: bool = False
@@ -241,10 +242,10 @@ def _add(parser: _Parser, f: Flag, convert: Callable | None) -> None:
             *f.options, action=_DeprecatedAction, nargs=f.nargs, error_message=f.error_message, **common
         )
     elif kind in ("deprecated_store_true", "deprecated_store_const", "deprecated_alias"):
-        stored = True if kind == "deprecated_store_true" else f.const
+        stored = True if kind == "deprecated_store_true" else f.const_value
         action = parser.add_argument(
             *f.options, action=_DeprecatedStoreAction, new_flag=f.new_flag, stored=stored,
-            use_value=kind == "deprecated_alias", **valued, **common,
+            use_value=kind == "deprecated_alias", const=f.const, **valued, **common,
         )
     else:
         raise BadInput(f"manifest {f.options[0]}: unknown action kind {kind!r}; regenerate the manifest")
@@ -266,6 +267,7 @@ def _flag(data: dict[str, Any]) -> Flag:
         replacement=data.get("replacement"),
         help=data.get("help") or "",
         const=data.get("const"),
+        const_value=data.get("const_value"),
         required=bool(data.get("required")),
         metavar=tuple(data["metavar"]) if isinstance(data.get("metavar"), list) else data.get("metavar"),
         deprecated=bool(data.get("deprecated")),

@@ -106,7 +106,6 @@ def describe(action: argparse.Action) -> dict[str, Any]:
     kind = _kind(action)
     help_text = action.help if isinstance(action.help, str) else ""
     deprecated = kind.startswith("deprecated") or bool(_DEPRECATED_HELP.search(help_text))
-    const = getattr(action, "const_value", action.const) if kind == "deprecated_store_const" else action.const
     return {
         "options": list(action.option_strings),
         "dest": action.dest,
@@ -115,7 +114,8 @@ def describe(action: argparse.Action) -> dict[str, Any]:
         "type": _converter(action.type),
         "default": _json_safe(action.default),
         "choices": _choices(action.choices),
-        "const": _json_safe(const),
+        "const": _json_safe(action.const),
+        "const_value": _json_safe(getattr(action, "const_value", None)),
         "required": bool(action.required),
         "metavar": _json_safe(action.metavar),
         "deprecated": deprecated,
