@@ -46,6 +46,7 @@ class HostConfig(BaseModel):
     server_port: int = Field(30000, ge=1, le=65535)
     nvidia_smi: Command = ["nvidia-smi"]
     env: dict[str, str] = {}
+    emulate: bool = False  # run `python -m search.emulator` with the profile's flags instead of SGLang
     connect_timeout: float = Field(10.0, gt=0)
     reconnect_attempts: int = Field(5, ge=1)  # before the host is marked unavailable
     reconnect_delay: float = Field(2.0, ge=0)  # seconds, doubled after each failed attempt

@@ -1,0 +1,509 @@
+"""A remote GPU machine over SSH (paramiko), behind the same interface as the local host.
+
+Safety first: the host key is checked against known_hosts (an unknown key is recorded only
+when the user says so, a changed key never), no password is ever used, and every remote
+command is ``shlex``-quoted argv, so a value with spaces, quotes, ``;`` or ``$(...)`` arrives
+literally. The server runs detached in its own session under ``<work_dir>/<marker>/`` with the
+trial marker in its environment; its log is mirrored into the local trial directory by offset,
+so a dropped connection loses nothing. Reconnects are automatic; a host that stays down is
+marked unavailable, and a trial whose remote state is gone is an InfrastructureFault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shlex
+import stat
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, TypeVar
+
+import paramiko
+
+from search import gpu
+from search.errors import BadInput, InfrastructureFault, RunFailed
+from search.hosts.base import MARKER_ENV, GpuSample
+from search.hosts.config import HostConfig
+from search.hosts.local import _gpus as trial_gpus
+
+if TYPE_CHECKING:
+    from search.profile import LaunchProfile
+
+T = TypeVar("T")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MARKER = re.compile(r"^[A-Za-z0-9_.-]+$")  # it names the remote run directory too
+_POLL_S = 0.1  # log and process polling over the connection
+_KILL_WAIT_S = 5.0
+_RELEASE_WAIT_S = 5.0
+_COMMAND_TIMEOUT_S = 120.0
+_CONNECTION_ERRORS = (paramiko.SSHException, OSError, EOFError)
+
+# Remote process table scan (the host's Python is the one thing every target has): count, or
+# signal, the live processes in group argv[1] or carrying the marker argv[2]. Zombies hold
+# nothing and are skipped; so is this scan itself.
+_PROCS_PY = """\
+import os, sys
+pgid, needle, sig = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3])
+n = 0
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid():
+        continue
+    try:
+        text = open("/proc/%s/stat" % p).read()
+        fields = text[text.rindex(")") + 2:].split()
+        if fields[0] in ("Z", "X"):
+            continue
+        if int(fields[2]) != pgid and needle not in open("/proc/%s/environ" % p, "rb").read().split(b"\\0"):
+            continue
+        if sig:
+            os.kill(int(p), sig)
+        n += 1
+    except (OSError, ValueError):
+        pass
+print(n)
+"""
+
+# Whether TCP port argv[1] can be listened on (what the next server will try).
+_PORT_BUSY_PY = """\
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind(("0.0.0.0", int(sys.argv[1])))
+    print("free")
+except OSError:
+    print("busy")
+"""
+
+# Start: export the secrets read from stdin (never on a command line), then launch argv[4:]
+# detached in a new session, under a shell that records its exit status in argv[1]. The
+# shell's TERM trap lets it outlive the group SIGTERM long enough to write that status.
+_START_SH = """\
+cd "$2" || exit 1
+while IFS= read -r kv; do export "$kv"; done
+log=$3; rc=$1; shift 3
+setsid sh -c 'trap : TERM INT HUP; "$@"; echo $? > "$0"' "$rc" "$@" > "$log" 2>&1 < /dev/null &
+echo $!
+"""
+
+# Exit status if recorded, else whether the group still runs (checked twice around the race).
+_STATUS_SH = """\
+cat "$1" 2>/dev/null && exit 0
+kill -0 -- "-$2" 2>/dev/null && { echo running; exit 0; }
+cat "$1" 2>/dev/null || echo gone
+"""
+
+
+def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """One remote shell command running ``argv`` with ``env``; every word quoted (``shlex``)."""
+    return shlex.join([*env_words(env), *argv] if env else argv)
+
+
+def env_words(env: Mapping[str, str]) -> list[str]:
+    """``env K=V ...``: words setting ``env`` for the command that follows them."""
+    bad = [k for k in env if not _ENV_NAME.match(k)]
+    if bad:
+        raise BadInput(f"environment variable name {bad[0]!r} is not valid; use letters, digits and _")
+    return ["env", *(f"{k}={v}" for k, v in env.items())]
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown key: refuse, or (``--accept-new-host-key``) append it to known_hosts once."""
+
+    def __init__(self, config: HostConfig, accept_new: bool) -> None:
+        self._config = config
+        self._accept_new = accept_new
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        path = self._config.known_hosts
+        if not self._accept_new:
+            raise BadInput(
+                f"host {self._config.name}: unknown host key for {hostname} ({key.get_name()} {key.fingerprint}) "
+                f"in {path}; verify it and rerun `search host check {self._config.name} --accept-new-host-key` to record it"
+            )
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(path, "a") as known:
+            known.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class SSHHost:
+    """Runs servers on ``config``'s machine; safe to use from the trial and a telemetry thread."""
+
+    def __init__(self, config: HostConfig, *, accept_new_host_key: bool = False) -> None:
+        self.name = config.name
+        self.config = config
+        self.available = True  # False once reconnecting failed; the study skips the host
+        self.last_error: str | None = None
+        self._accept_new = accept_new_host_key
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._work_dir: str | None = None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ connection
+
+    def _connect_once(self) -> paramiko.SSHClient:
+        cfg = self.config
+        client = paramiko.SSHClient()
+        if cfg.known_hosts.exists():
+            client.load_host_keys(str(cfg.known_hosts))
+        client.set_missing_host_key_policy(_HostKeyPolicy(cfg, self._accept_new))
+        try:
+            client.connect(
+                cfg.address, port=cfg.port, username=cfg.user,
+                key_filename=str(cfg.key_file) if cfg.key_file else None,
+                allow_agent=cfg.key_file is None, look_for_keys=cfg.key_file is None,
+                timeout=cfg.connect_timeout, banner_timeout=cfg.connect_timeout, auth_timeout=cfg.connect_timeout,
+            )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            host = exc.hostname
+            raise BadInput(
+                f"host {cfg.name}: the host key of {host} CHANGED (now {exc.key.fingerprint}) and does not match "
+                f"{cfg.known_hosts}; if the machine was reinstalled, run `ssh-keygen -R '{host}' -f {cfg.known_hosts}` "
+                "and check again with --accept-new-host-key, otherwise someone may be intercepting the connection"
+            ) from None
+        except paramiko.PasswordRequiredException:
+            client.close()
+            raise BadInput(
+                f"host {cfg.name}: key file {cfg.key_file} is passphrase-protected; load it into the SSH agent "
+                "(ssh-add) and leave key_file out of the hosts file"
+            ) from None
+        except paramiko.AuthenticationException:
+            client.close()
+            how = f"key file {cfg.key_file}" if cfg.key_file else "the SSH agent's keys"
+            raise BadInput(f"host {cfg.target}: authentication failed with {how}; authorise that key there") from None
+        except BaseException:
+            client.close()
+            raise
+        transport = client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(15)  # notice a dead peer while only polling
+        return client
+
+    def _connected(self) -> paramiko.SSHClient:
+        """The live connection, reconnecting with backoff; InfrastructureFault when the host stays down."""
+        with self._lock:
+            transport = self._client.get_transport() if self._client else None
+            if transport is not None and transport.is_active():
+                return self._client  # type: ignore[return-value]
+            self._drop()
+            cfg = self.config
+            delay = cfg.reconnect_delay
+            for attempt in range(cfg.reconnect_attempts):
+                try:
+                    self._client = self._connect_once()
+                    self.available, self.last_error = True, None
+                    return self._client
+                except _CONNECTION_ERRORS as exc:
+                    self.last_error = str(exc) or type(exc).__name__
+                if attempt + 1 < cfg.reconnect_attempts:
+                    time.sleep(delay)
+                    delay *= 2
+            self.available = False
+            raise InfrastructureFault(
+                f"host {cfg.target} unreachable after {cfg.reconnect_attempts} attempts ({self.last_error}); "
+                "marked unavailable: check that it is up and sshd answers"
+            )
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = self._sftp = None
+
+    def _retrying(self, action: Callable[[paramiko.SSHClient], T]) -> T:
+        """Run an idempotent ``action``; after a dropped connection, reconnect and run it once more."""
+        try:
+            return action(self._connected())
+        except _CONNECTION_ERRORS:
+            with self._lock:
+                self._drop()
+            return action(self._connected())
+
+    def close(self) -> None:
+        """Close the connection (a later call reconnects)."""
+        with self._lock:
+            self._drop()
+
+    def sftp(self) -> paramiko.SFTPClient:
+        """The connection's SFTP session (reopened after a reconnect)."""
+        with self._lock:
+            client = self._connected()
+            if self._sftp is None:
+                self._sftp = client.open_sftp()
+            return self._sftp
+
+    # ------------------------------------------------------------------ commands
+
+    def _exec(self, client: paramiko.SSHClient, command: str, stdin: bytes, timeout: float) -> tuple[int, str, str]:
+        transport = client.get_transport()
+        assert transport is not None
+        channel = transport.open_session(timeout=self.config.connect_timeout)
+        try:
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                while channel.recv_ready():
+                    out += channel.recv(1 << 16)
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(1 << 16)
+                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    if channel.eof_received or channel.closed:
+                        break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise InfrastructureFault(
+                        f"host {self.name}: `{command[:80]}` did not finish within {timeout:g} s; check the host"
+                    )
+                select.select([channel], [], [], min(left, 1.0))
+            return channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
+        finally:
+            channel.close()
+
+    def execute(
+        self, argv: Sequence[str], *, stdin: str = "", env: Mapping[str, str] | None = None,
+        timeout: float = _COMMAND_TIMEOUT_S, retry: bool = True,
+    ) -> tuple[int, str, str]:
+        """Run ``argv`` there (quoted; ``config.env`` and ``env`` set); (exit status, stdout, stderr).
+
+        ``retry`` runs it again after a dropped connection: only for commands safe to repeat.
+        """
+        command = command_line(argv, {**self.config.env, **(env or {})})
+        data = stdin.encode()
+        if retry:
+            return self._retrying(lambda client: self._exec(client, command, data, timeout))
+        return self._exec(self._connected(), command, data, timeout)
+
+    def run(self, argv: Sequence[str], stdin: str = "", *, timeout: float = _COMMAND_TIMEOUT_S) -> str:
+        """stdout of ``argv`` there; RunFailed quoting stderr's last line on a non-zero exit.
+
+        Its ``(argv, stdin)`` shape is :func:`search.manifests.live`'s remote runner.
+        """
+        status, out, err = self.execute(argv, stdin=stdin, timeout=timeout)
+        if status != 0:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            raise RunFailed(f"host {self.name}: `{shlex.join(argv)[:80]}` exited {status}: {last}")
+        return out
+
+    def work_dir(self) -> str:
+        """The absolute remote work directory, created on first use."""
+        if self._work_dir is None:
+            relative = self.config.work_dir.removeprefix("~/")
+            self._work_dir = self.run(["sh", "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd', "sh", relative]).strip()
+        return self._work_dir
+
+    # ------------------------------------------------------------------ Host protocol
+
+    def gpu_samples(self) -> list[GpuSample] | None:
+        """The configured ``nvidia_smi`` query; None where that command does not exist."""
+        status, out, err = self.execute(gpu.query_argv(self.config.nvidia_smi), timeout=30)
+        if status == 127:
+            return None
+        if status != 0:
+            last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
+            raise InfrastructureFault(f"host {self.name}: {self.config.nvidia_smi[0]} failed ({status}): {last}")
+        return gpu.parse(out)
+
+    def trial_gpus(self, profile: LaunchProfile) -> list[int]:
+        """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or 0..tp-1."""
+        if self.config.gpus is not None and "CUDA_VISIBLE_DEVICES" not in profile.env:
+            return list(self.config.gpus)
+        return trial_gpus(profile.args, {**self.config.env, **profile.env})
+
+    def held(self, profile: LaunchProfile) -> list[str]:
+        """What keeps ``profile`` from starting: its port in use, its GPUs holding memory."""
+        found = []
+        if self.run([self.config.python, "-c", _PORT_BUSY_PY, str(profile.port)]).strip() == "busy":
+            found.append(f"port {profile.port} in use")
+        samples = self.gpu_samples()
+        if samples is not None:
+            found.extend(gpu.busy(samples, self.trial_gpus(profile)))
+        return found
+
+    def ensure_clean(self, profile: LaunchProfile, *, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the profile's port and GPUs; InfrastructureFault naming holders."""
+        deadline = time.monotonic() + timeout
+        while (held := self.held(profile)) and time.monotonic() < deadline:
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        if held:
+            raise InfrastructureFault(
+                f"host {self.name} is not clean after {timeout:g} s: {'; '.join(held)}; "
+                "stop what holds them there (only if it is yours) and retry"
+            )
+
+    def _procs(self, pgid: int, marker: str, sig: int) -> int:
+        needle = f"{MARKER_ENV}={marker}"
+        return int(self.run([self.config.python, "-c", _PROCS_PY, str(pgid), needle, str(sig)]).strip())
+
+    def kill_marker(self, marker: str) -> int:
+        """SIGKILL every remote process carrying ``marker``; how many there were."""
+        killed = self._procs(-1, marker, 9)
+        _wait(lambda: self._procs(-1, marker, 0) == 0, _KILL_WAIT_S,
+              f"host {self.name}: processes of trial {marker} survived SIGKILL; check the host by hand")
+        return killed
+
+    def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> SSHServer:
+        """Launch ``profile`` detached under ``<work_dir>/<marker>/``; its log mirrors into ``log_path``."""
+        if not _MARKER.match(marker):
+            raise BadInput(f"trial marker {marker!r} must be letters, digits, '.', '_' or '-'")
+        missing = [name for name in profile.secret_env if name not in os.environ]
+        if missing:
+            raise BadInput(f"secret {', '.join(missing)} named by the space is not set here: export it and retry")
+        run_dir = str(PurePosixPath(self.work_dir()) / marker)
+        env = {**self.config.env, **profile.env, MARKER_ENV: marker}
+        if self.config.gpus is not None:
+            env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, self.config.gpus)))
+        secrets = "".join(f"{name}={os.environ[name]}\n" for name in profile.secret_env)
+        argv = [
+            "sh", "-c", _START_SH, "sh", f"{run_dir}/exit-status", run_dir, f"{run_dir}/server.log",
+            *env_words(env), *self._launcher(profile),
+        ]
+        try:
+            self.run(["mkdir", "-p", "--", run_dir])
+            status, out, err = self.execute(argv, stdin=secrets, retry=False, timeout=30)
+        except (InfrastructureFault, *_CONNECTION_ERRORS) as exc:
+            # Did it start before the connection broke? Leave nothing behind either way.
+            self.kill_marker(marker)
+            raise InfrastructureFault(f"host {self.name}: the connection broke while starting trial {marker}: {exc}") from None
+        if status != 0 or not out.strip().isdigit():
+            raise InfrastructureFault(f"host {self.name}: could not start the server in {run_dir}: {err.strip() or out.strip()}")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()
+        url_host = f"[{self.config.address}]" if ":" in self.config.address else self.config.address
+        return SSHServer(self, profile, marker, log_path, run_dir, int(out), f"http://{url_host}:{profile.port}")
+
+    def _launcher(self, profile: LaunchProfile) -> list[str]:
+        """``profile.argv`` with its Python replaced by the host's (or the emulator, when emulating)."""
+        if self.config.emulate:
+            return [self.config.python, "-m", "search.emulator", *profile.args]
+        launcher = list(profile.launcher)
+        if launcher and PurePosixPath(launcher[0]).name.startswith("python"):
+            launcher[0] = self.config.python
+        return [*launcher, *profile.args]
+
+    def fetch_dir(self, remote_dir: str, local_dir: Path, skip: Sequence[str] = ()) -> list[Path]:
+        """Copy the regular files of ``remote_dir`` (recursively) into ``local_dir``."""
+        copied = []
+        sftp = self.sftp()
+        for entry in sftp.listdir_attr(remote_dir):
+            if entry.filename in skip:
+                continue
+            remote = f"{remote_dir}/{entry.filename}"
+            local = local_dir / entry.filename
+            if stat.S_ISDIR(entry.st_mode or 0):
+                copied.extend(self.fetch_dir(remote, local))
+            elif stat.S_ISREG(entry.st_mode or 0):
+                local_dir.mkdir(parents=True, exist_ok=True)
+                sftp.get(remote, str(local))
+                copied.append(local)
+        return copied
+
+
+def _wait(done: Callable[[], bool], timeout: float, failure: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() >= deadline:
+            raise InfrastructureFault(failure)
+        time.sleep(_POLL_S)
+
+
+class SSHServer:
+    """A server started by :class:`SSHHost`: process group ``pgid`` there, log mirrored here."""
+
+    def __init__(self, host: SSHHost, profile: LaunchProfile, marker: str, log_path: Path,
+                 run_dir: str, pgid: int, url: str) -> None:
+        self.host = host
+        self.profile = profile
+        self.marker = marker
+        self.log_path = log_path
+        self.url = url
+        self.run_dir = run_dir
+        self.pgid = pgid
+        self._offset = 0  # bytes of the remote log already mirrored
+        self._partial = b""
+        self._stopping = False
+
+    def _pull(self) -> list[str]:
+        """Append what the remote log gained since the offset; the complete lines of it."""
+        remote = f"{self.run_dir}/server.log"
+
+        def read(_client: paramiko.SSHClient) -> bytes:
+            sftp = self.host.sftp()
+            try:
+                size = sftp.stat(remote).st_size or 0
+            except FileNotFoundError:
+                if self._offset:
+                    raise InfrastructureFault(f"host {self.host.name}: the log of trial {self.marker} is gone; trial state lost") from None
+                return b""
+            if size < self._offset:
+                raise InfrastructureFault(f"host {self.host.name}: the log of trial {self.marker} shrank; trial state lost")
+            if size == self._offset:
+                return b""
+            with sftp.open(remote, "rb") as f:
+                f.seek(self._offset)
+                return f.read(size - self._offset)
+
+        data = self.host._retrying(read)
+        if not data:
+            return []
+        self._offset += len(data)
+        with open(self.log_path, "ab") as local:
+            local.write(data)
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        return [line.decode(errors="replace") for line in complete]
+
+    def new_lines(self, timeout: float) -> list[str]:
+        """Complete lines since the last call, waiting up to ``timeout`` for the first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self._pull()
+            if lines or time.monotonic() >= deadline:
+                return lines
+            time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+
+    def returncode(self) -> int | None:
+        """The exit status (negative signal number as subprocess gives it), None while running.
+
+        A server gone without a recorded status (host rebooted, killed from outside while we were
+        not stopping it) is an InfrastructureFault: its trial state is lost, not its config's fault.
+        """
+        status = self.host.run(["sh", "-c", _STATUS_SH, "sh", f"{self.run_dir}/exit-status", str(self.pgid)]).strip()
+        if status == "running":
+            return None
+        if status == "gone":
+            if self._stopping:
+                return -9
+            raise InfrastructureFault(
+                f"host {self.host.name}: the server of trial {self.marker} vanished without an exit status; trial state lost"
+            )
+        code = int(status)
+        return 128 - code if code > 128 else code  # the shell reports death by signal N as 128+N
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the group, wait ``grace``, SIGKILL group and marker, check the port and GPUs.
+
+        The rest of the log and any other files of the remote run directory are then copied
+        next to ``log_path``. InfrastructureFault when something survives or stays held.
+        """
+        self._stopping = True
+        host = self.host
+        if host._procs(self.pgid, self.marker, 15):
+            deadline = time.monotonic() + grace
+            while host._procs(self.pgid, self.marker, 0) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+        if host._procs(self.pgid, self.marker, 9):
+            _wait(lambda: host._procs(self.pgid, self.marker, 0) == 0, _KILL_WAIT_S,
+                  f"host {host.name}: processes of trial {self.marker} survived SIGKILL; check the host by hand")
+        self._pull()
+        host.fetch_dir(self.run_dir, self.log_path.parent, skip=("server.log",))
+        host.ensure_clean(self.profile, timeout=_RELEASE_WAIT_S)
