@@ -1,0 +1,88 @@
+"""Real emulator servers for lifecycle tests: a free port, a private state dir, a tiny landscape.
+
+The landscape below is the issue-3 interface; ``TEST_OUTCOME`` in the server's environment
+picks the startup outcome ("ok", "<phase>:hang", or "<phase>" for that phase's crash text), so
+one file covers every outcome and each test says which one it wants.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from search.profile import LaunchProfile
+
+LANDSCAPE = '''
+ERRORS = {
+    "loading": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 95.59 GiB",
+    "kv_cache": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: self.server_args.mem_fraction_static=0.5",
+    "autotune": "subprocess.CalledProcessError: Command '['ninja', '-v', '-C', '/root/.cache/flashinfer/0.5.3/80/cached_ops']' returned non-zero exit status 1.",
+    "cuda_graph": "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10].",
+    "warmup": "RuntimeError: trtllm-gen MoE kernels are not supported on SM120.",
+}
+
+def startup(flags, env):
+    outcome = env.get("TEST_OUTCOME", "ok")
+    if outcome == "ok":
+        return None
+    phase, _, hang = outcome.partition(":")
+    return {"phase": phase, "hang": True} if hang else {"phase": phase, "error": ERRORS[phase]}
+
+def throughput(flags, env, running):
+    return 1000.0 * min(running, 64) / 64
+
+def phase_seconds(flags, env):
+    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 20, "cuda_graph": 20, "warmup": 10}
+'''
+
+TIME_SCALE = "0.01"  # the whole startup above takes about 1.5 s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def landscape(tmp_path: Path) -> Path:
+    path = tmp_path / "landscape.py"
+    path.write_text(LANDSCAPE)
+    return path
+
+
+@pytest.fixture
+def make_profile(tmp_path: Path, landscape: Path) -> Callable[..., LaunchProfile]:
+    """``make_profile(outcome, tp=2, args=[...], env={...})``: an emulator profile on a free port."""
+
+    def make(outcome: str = "ok", *, tp: int = 2, args: list[str] | None = None,
+             env: dict[str, str] | None = None) -> LaunchProfile:
+        port = free_port()
+        return LaunchProfile(
+            launcher=["python3", "-m", "sglang.launch_server"],
+            args=["--model-path", "test/model", "--tp-size", str(tp), "--host", "127.0.0.1", "--port", str(port),
+                  "--moe-runner-backend", "flashinfer_cutlass", *(args or [])],
+            env={
+                "SEARCH_EMULATOR_STATE_DIR": str(tmp_path / "state"),
+                "SEARCH_EMULATOR_TIME_SCALE": TIME_SCALE,
+                "SEARCH_EMULATOR_LANDSCAPE": str(landscape),
+                "SEARCH_EMULATOR_GPUS": "4",
+                "TEST_OUTCOME": outcome,
+                **(env or {}),
+            },
+            secret_env=[],
+            host="127.0.0.1",
+            port=port,
+            sglang_version="0.5.23",
+        )
+
+    return make
+
+
+@pytest.fixture
+def marker() -> str:
+    return f"test-{uuid.uuid4().hex}"
