@@ -70,6 +70,8 @@ def test_flag_lookup_by_option_prefix_and_dest() -> None:
     assert tp is not None and tp.dest == "tp_size" and "--tensor-parallel-size" in tp.options
     assert m.flag("--tp") is tp  # unique prefix, as argparse allows
     assert m.flag("tp_size") is tp
+    assert tp.takes_value and not m.flag("--disable-cuda-graph").takes_value
+    assert m.flag("--monokernel-backend").takes_value  # DeprecatedStoreConstAction with a value
     assert m.flag("--cuda-graph") is None  # ambiguous prefix
     assert m.flag("--nsa-decode-backend") is None  # removed in 0.5.23
     assert load("0.5.9").flag("--nsa-decode-backend").choices[-1] == "trtllm"
