@@ -1,0 +1,605 @@
+"""Space files: what to launch, what to search, how to judge it.
+
+A space is YAML validated by pydantic (structure) and then by `check_space` against an
+SGLang flag manifest (meaning), so a night is never spent on a flag the target rejects.
+Every problem becomes one `Problem` line: file, key, what is wrong, what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Literal, Union
+
+import optuna
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from search.errors import BadInput
+from search.manifests import Flag, Manifest, ManifestError
+
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+Choice = Union[Scalar, None]
+FlagValue = Union[Scalar, list[Union[StrictInt, StrictFloat, StrictStr]], None]
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Env names that hold credentials: referenced from the controller's environment, never written.
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|API_?KEY", re.IGNORECASE)
+PHASE_TIMEOUTS: dict[str, float] = {
+    "starting": 300.0,
+    "loading": 1800.0,
+    "kv_cache": 600.0,
+    "autotune": 900.0,
+    "cuda_graph": 900.0,
+    "warmup": 600.0,
+}
+DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+# Flag kinds a bool param can switch: present = on, absent = off.
+_SWITCH_KINDS = frozenset({"store_true", "deprecated_store_true"})
+
+
+def is_secret(name: str) -> bool:
+    """True for names that look like credentials (HF_TOKEN, OPENAI_API_KEY, --api-key, DB_PASSWORD)."""
+    return bool(SECRET_NAME.search(name.lstrip("-").replace("-", "_")))
+
+
+def is_flag(name: str) -> bool:
+    """Param and fixed names starting with `--` are SGLang flags; the rest are env vars."""
+    return name.startswith("--")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Condition = dict[str, Union[Choice, list[Choice]]]
+
+
+class _Param(_Model):
+    when: Condition = Field(default_factory=dict, description="param -> value or list of values")
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: StrictInt
+    high: StrictInt
+    step: PositiveInt = 1
+    log: StrictBool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        _check_range(self.low, self.high, self.step, self.log)
+        return self
+
+    def contains(self, value: Any) -> bool:
+        return _is_int(value) and self.low <= value <= self.high and (value - self.low) % self.step == 0
+
+    def allowed(self) -> str:
+        return f"int {self.low}..{self.high}" + (f" step {self.step}" if self.step != 1 else "")
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.IntDistribution(self.low, self.high, log=self.log, step=self.step)
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: StrictFloat | StrictInt
+    high: StrictFloat | StrictInt
+    step: PositiveFloat | None = None
+    log: StrictBool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        _check_range(self.low, self.high, self.step, self.log)
+        return self
+
+    def contains(self, value: Any) -> bool:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        if not self.low - 1e-12 <= value <= self.high + 1e-12:
+            return False
+        if self.step is None:
+            return True
+        k = (value - self.low) / self.step
+        return abs(k - round(k)) < 1e-6
+
+    def allowed(self) -> str:
+        return f"float {self.low}..{self.high}" + (f" step {self.step}" if self.step else "")
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+
+    def clean(self, value: float) -> float:
+        """Snap to the step's decimals so 0.8500000000000001 renders and compares as 0.85."""
+        if self.step is None:
+            return value
+        decimals = max(0, -math.floor(math.log10(self.step)) + 3)
+        return round(value, decimals)
+
+
+class CategoricalParam(_Param):
+    type: Literal["categorical"]
+    choices: Annotated[list[Choice], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> CategoricalParam:
+        seen = [repr(c) for c in self.choices]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"choices repeat a value: {self.choices}")
+        return self
+
+    def contains(self, value: Any) -> bool:
+        return any(value == c and type(value) is type(c) for c in self.choices) or (
+            _is_int(value) and any(isinstance(c, float) and c == value for c in self.choices)
+        )
+
+    def allowed(self) -> str:
+        return ", ".join("null (flag omitted)" if c is None else str(c) for c in self.choices)
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.CategoricalDistribution(self.choices)
+
+
+class BoolParam(_Param):
+    type: Literal["bool"]
+
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, bool)
+
+    def allowed(self) -> str:
+        return "true, false"
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.CategoricalDistribution([False, True])
+
+
+Param = Annotated[Union[IntParam, FloatParam, CategoricalParam, BoolParam], Field(discriminator="type")]
+
+
+class Launch(_Model):
+    """The fixed part of the launch: everything the search does not change."""
+
+    launcher: Annotated[list[StrictStr], Field(min_length=1)] = list(DEFAULT_LAUNCHER)
+    model: StrictStr
+    tp: PositiveInt = 1
+    quantization: StrictStr | None = None
+    host: StrictStr = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 30000
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, Union[StrictStr, StrictInt, StrictFloat]] = Field(default_factory=dict)
+    secret_env: list[StrictStr] = Field(default_factory=lambda: ["HF_TOKEN"])
+
+
+class LoadTest(_Model):
+    """One level per concurrency of the ladder, each for `duration_s` seconds or `requests` requests."""
+
+    api: Literal["completions", "chat", "generate"] = "completions"
+    input_len: PositiveInt = 1024
+    output_len: PositiveInt = 1024
+    concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = [64, 256, 512, 1024]
+    duration_s: PositiveFloat | None = None
+    requests: PositiveInt | None = None
+    warmup_s: Annotated[float, Field(ge=0)] = 10.0
+
+    @model_validator(mode="after")
+    def _per_level(self) -> LoadTest:
+        if self.duration_s is not None and self.requests is not None:
+            raise ValueError("give duration_s or requests per level, not both")
+        if self.duration_s is None and self.requests is None:
+            object.__setattr__(self, "duration_s", 120.0)
+        if sorted(set(self.concurrency)) != self.concurrency:
+            raise ValueError(f"concurrency must rise strictly, got {self.concurrency}")
+        return self
+
+
+class Objective(_Model):
+    """Default: the highest output tok/s over the ladder, among levels that meet the SLOs."""
+
+    metric: Literal["output_throughput", "total_throughput", "request_throughput"] = "output_throughput"
+    over_levels: Literal["max"] = "max"
+    require_slos: StrictBool = True
+
+
+class Slos(_Model):
+    p99_ttft_ms: PositiveFloat | None = None
+    p99_itl_ms: PositiveFloat | None = None
+
+
+Phase = Literal["starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup"]
+
+
+class Space(_Model):
+    sglang_version: StrictStr
+    launch: Launch
+    params: dict[str, Param] = Field(default_factory=dict)
+    baseline: dict[str, Choice] | None = None
+    load_test: LoadTest = Field(default_factory=LoadTest)
+    objective: Objective = Field(default_factory=Objective)
+    slos: Slos = Field(default_factory=Slos)
+    targets: dict[PositiveInt, PositiveFloat] = Field(default_factory=dict)
+    timeouts: dict[Phase, PositiveFloat] = Field(default_factory=dict)
+
+    _source: str = PrivateAttr(default="<space>")
+
+    @model_validator(mode="after")
+    def _fill_timeouts(self) -> Space:
+        object.__setattr__(self, "timeouts", {**PHASE_TIMEOUTS, **self.timeouts})
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this space came from, for messages."""
+        return self._source
+
+    def order(self) -> list[str]:
+        """Param names with every condition's param before the params it gates (file order otherwise)."""
+        done: list[str] = []
+        pending = list(self.params)
+        while pending:
+            ready = [n for n in pending if all(d in done or d not in self.params or d == n for d in self.params[n].when)]
+            if not ready:  # a cycle; check_space reports it, keep file order so sampling still ends
+                ready = pending[:1]
+            done.extend(ready)
+            pending = [n for n in pending if n not in ready]
+        return done
+
+    def is_active(self, name: str, config: dict[str, Any]) -> bool:
+        """Whether `name` applies given the other values (every `when` entry must hold)."""
+        for other, wanted in self.params[name].when.items():
+            if other not in config:
+                return False
+            options = wanted if isinstance(wanted, list) else [wanted]
+            if not any(config[other] == o and isinstance(config[other], bool) == isinstance(o, bool) for o in options):
+                return False
+        return True
+
+    def active(self, config: dict[str, Any]) -> dict[str, Any]:
+        """`config` without the params whose conditions fail (and without unknown names)."""
+        out: dict[str, Any] = {}
+        for name in self.order():
+            if name in config and self.is_active(name, {**out, **{k: v for k, v in config.items() if k not in self.params}}):
+                out[name] = config[name]
+        return out
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Sample a config; inactive params are not suggested and stay absent."""
+        config: dict[str, Any] = {}
+        for name in self.order():
+            if not self.is_active(name, config):
+                continue
+            p = self.params[name]
+            if isinstance(p, IntParam):
+                config[name] = trial.suggest_int(name, p.low, p.high, step=p.step, log=p.log)
+            elif isinstance(p, FloatParam):
+                config[name] = p.clean(trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log))
+            elif isinstance(p, BoolParam):
+                config[name] = trial.suggest_categorical(name, [False, True])
+            else:
+                config[name] = trial.suggest_categorical(name, p.choices)
+        return config
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Optuna distributions by param name (for enqueueing and grids)."""
+        return {name: p.distribution() for name, p in self.params.items()}
+
+    def config_problems(self, config: dict[str, Any], key: str) -> list[Problem]:
+        """What makes `config` not a point of this space (unknown names, values, conditions)."""
+        out: list[Problem] = []
+        for name, value in config.items():
+            if name not in self.params:
+                out.append(self._problem(f"{key}.{name}", "not a param of this space", ", ".join(self.params)))
+            elif not self.params[name].contains(value):
+                out.append(self._problem(f"{key}.{name}", f"{value!r} is outside the param", self.params[name].allowed()))
+            elif not self.is_active(name, config):
+                when = ", ".join(f"{k}={v}" for k, v in self.params[name].when.items())
+                out.append(self._problem(f"{key}.{name}", "set although its condition fails", f"only when {when}"))
+        for name in self.order():
+            if name not in config and self.is_active(name, config):
+                out.append(self._problem(f"{key}.{name}", "missing: the param applies here", self.params[name].allowed()))
+        return out
+
+    def _problem(self, key: str, message: str, allowed: str | None = None, warning: bool = False) -> Problem:
+        return Problem(self.source, key, message, allowed, warning)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_range(low: float, high: float, step: float | None, log: bool) -> None:
+    if low > high:
+        raise ValueError(f"empty range: low {low} > high {high}")
+    if log and low <= 0:
+        raise ValueError(f"log scale needs low > 0, got {low}")
+    if log and step not in (None, 1):
+        raise ValueError("log scale cannot have a step")
+    if step is not None and step > high - low and low != high:
+        raise ValueError(f"step {step} is wider than the range {low}..{high}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One line of a check: `file: key: message (allowed: ...)`."""
+
+    file: str
+    key: str
+    message: str
+    allowed: str | None = None
+    warning: bool = False
+
+    def __str__(self) -> str:
+        tail = f" (allowed: {self.allowed})" if self.allowed else ""
+        return f"{self.file}: {self.key}: {self.message}{tail}"
+
+
+@dataclass
+class CheckReport:
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if not p.warning]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.warning]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+class SpaceError(BadInput):
+    """A space file that does not load; `problems` holds every line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more; run `search space check`)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0]}{more}")
+
+
+def load_space(path: str | Path) -> Space:
+    """Read and validate a space file; SpaceError lists every structural problem."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"space file {path} not found: give the path of a spaces/*.yaml file") from None
+    except yaml.YAMLError as exc:
+        raise SpaceError([Problem(str(path), "(yaml)", f"not valid YAML: {exc}".replace("\n", " "))]) from None
+    if not isinstance(data, dict):
+        raise SpaceError([Problem(str(path), "(top)", "a space file is a mapping", ", ".join(Space.model_fields))])
+    return parse_space(data, str(path))
+
+
+def parse_space(data: dict[str, Any], source: str = "<space>") -> Space:
+    """Validate a space given as data (tests, generated spaces)."""
+    try:
+        space = Space.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError([_pydantic_problem(source, err) for err in exc.errors()]) from None
+    space._source = source
+    return space
+
+
+_TAGS = {"int", "float", "categorical", "bool"}
+
+
+def _pydantic_problem(source: str, err: Any) -> Problem:
+    loc = [str(part) for part in err["loc"]]
+    # Drop the union tag and pydantic's type-branch names so keys read like the YAML.
+    if len(loc) >= 3 and loc[0] == "params" and loc[2] in _TAGS:
+        del loc[2]
+    loc = [p for p in loc if not re.fullmatch(r"(str|int|float|bool|list\[.*\]|none|function-.*)", p)]
+    key = ".".join(loc) or "(top)"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    allowed = None
+    if err["type"] == "literal_error":
+        allowed = str(ctx.get("expected"))
+    elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        allowed = "int, float, categorical, bool"
+        msg = "missing or unknown param type" if err["type"] == "union_tag_not_found" else f"unknown param type {err['input'].get('type')!r}"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown key"
+        allowed = _allowed_keys(err["loc"])
+    elif err["type"] == "missing":
+        msg = "required key missing"
+    return Problem(source, key, msg, allowed)
+
+
+def _allowed_keys(loc: Iterable[Any]) -> str | None:
+    """The keys the model around an unknown key accepts, found by walking the schema."""
+    parts = list(loc)[:-1]
+    model: type[BaseModel] = Space
+    if parts[:1] == ["params"] and len(parts) >= 3 and parts[2] in _TAGS:
+        model = {"int": IntParam, "float": FloatParam, "categorical": CategoricalParam, "bool": BoolParam}[parts[2]]
+    elif parts:
+        sub = {"launch": Launch, "load_test": LoadTest, "objective": Objective, "slos": Slos}.get(str(parts[0]))
+        if sub is None:
+            return None
+        model = sub
+    return ", ".join(model.model_fields)
+
+
+# ---------------------------------------------------------------- checking against a manifest
+
+
+def check_space(space: Space, manifest: Manifest) -> CheckReport:
+    """Every problem of `space` for the SGLang whose flags `manifest` lists (errors + warnings)."""
+    report = CheckReport()
+    add = report.problems.extend
+    add(_structure_problems(space))
+    claimed: dict[str, str] = {}
+    for option in _launch_options(space):
+        _claim(space, manifest, option, "launch", claimed, report)
+    for option, value in space.launch.flags.items():
+        key = f"launch.flags.{option}"
+        flag = _claim(space, manifest, option, key, claimed, report)
+        if flag is not None and value is not None and value is not False:
+            add(value_problems(manifest, flag, option, value, space.source, key))
+        if flag is not None and is_secret(option) and value not in (None, False):
+            add([space._problem(key, "a secret value would be written into every rendered profile",
+                                "pass it to SGLang through an env var listed in launch.secret_env")])
+    for name, param in space.params.items():
+        key = f"params.{name}"
+        if is_flag(name):
+            flag = _claim(space, manifest, name, key, claimed, report)
+            if flag is not None:
+                add(_param_problems(space, manifest, flag, name, param, key))
+        elif not ENV_NAME.match(name):
+            add([space._problem(key, f"{name!r} is neither a flag (--name) nor a valid env var name",
+                                "letters, digits and _, not starting with a digit")])
+    if space.baseline is not None and report.ok:
+        add(_argv_problems(space, manifest, space.baseline, "baseline"))
+    return report
+
+
+def _launch_options(space: Space) -> list[str]:
+    return ["--model-path", "--tp-size", "--host", "--port"] + (["--quantization"] if space.launch.quantization else [])
+
+
+def _claim(space: Space, manifest: Manifest, option: str, key: str, claimed: dict[str, str],
+           report: CheckReport) -> Flag | None:
+    """Resolve `option`, report unknown/abbreviated/deprecated/duplicate; the flag or None."""
+    flag = manifest.flag(option) if is_flag(option) else None
+    if flag is None:
+        report.problems.append(space._problem(key, unknown_flag(manifest, option)))
+        return None
+    if flag.dest in claimed and key != "launch":
+        report.problems.append(space._problem(key, f"{option} sets {flag.dest}, already set by {claimed[flag.dest]}"))
+    claimed.setdefault(flag.dest, key if key != "launch" else f"launch ({option})")
+    if option not in flag.options:
+        report.problems.append(space._problem(key, f"{option} abbreviates {flag.options[0]}; write it in full "
+                                              "(abbreviations break when a later SGLang adds a flag)", warning=True))
+    report.problems.extend(deprecation(manifest, flag, option, space.source, key))
+    return flag
+
+
+def deprecation(manifest: Manifest, flag: Flag, option: str, source: str, key: str) -> list[Problem]:
+    """A warning naming the replacement when SGLang marks the flag deprecated."""
+    if not flag.deprecated and not flag.kind.startswith("deprecated"):
+        return []
+    instead = flag.replacement or flag.new_flag
+    use = f"; use {instead} instead" if instead else ""
+    return [Problem(source, key, f"{option} is deprecated in SGLang {manifest.version}{use}", warning=True)]
+
+
+def unknown_flag(manifest: Manifest, option: str) -> str:
+    """`unknown flag --x in SGLang V`, with the closest real options when there are any."""
+    names = [o for f in manifest.flags for o in f.options if o.startswith("--")]
+    close = difflib.get_close_matches(option, names, n=3, cutoff=0.75)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown flag {option} in SGLang {manifest.version}{hint}"
+
+
+def value_problems(manifest: Manifest, flag: Flag, option: str, value: Any, source: str, key: str) -> list[Problem]:
+    """Whether SGLang's parser accepts `value` for `flag`, in our words."""
+    from search.profile import flag_tokens
+
+    if flag.choices is not None and not isinstance(value, (bool, list)) and str(value) not in map(str, flag.choices):
+        return [Problem(source, key, f"{value!r} is not a choice of {option}", ", ".join(map(str, flag.choices)))]
+    if value is True and flag.takes_value:
+        return [Problem(source, key, f"{option} takes a value, not true", _flag_type(flag))]
+    if not flag.takes_value and value is not True:
+        return [Problem(source, key, f"{option} is a switch: write true (present) or omit it", "true")]
+    try:
+        manifest.parse(["--model-path", "probe", *flag_tokens(option, value)])
+    except ManifestError as exc:
+        return [Problem(source, key, str(exc), _flag_type(flag))]
+    return []
+
+
+def _flag_type(flag: Flag) -> str:
+    kind = "switch" if not flag.takes_value else (flag.type or "str")
+    return kind + (f" (nargs {flag.nargs})" if flag.nargs not in (None, 0) else "")
+
+
+def _param_problems(space: Space, manifest: Manifest, flag: Flag, name: str, param: Any, key: str) -> list[Problem]:
+    if isinstance(param, BoolParam):
+        if flag.kind not in _SWITCH_KINDS:
+            return [space._problem(key, f"type bool needs a store_true flag; {name} is {_flag_type(flag)}",
+                                   "categorical with the values to try")]
+        return []
+    if flag.kind in _SWITCH_KINDS:
+        return [space._problem(key, f"{name} is a store_true switch; use type: bool", "bool")]
+    if not flag.takes_value or flag.kind not in ("store", "deprecated_alias"):
+        return [space._problem(key, f"{name} ({flag.kind}) cannot be searched", "store flags and store_true switches")]
+    if isinstance(param, FloatParam) and flag.type not in ("float", None, "str"):
+        return [space._problem(key, f"type float but {name} takes {flag.type}", f"type {flag.type}")]
+    values = param.choices if isinstance(param, CategoricalParam) else [param.low, param.high]
+    out: list[Problem] = []
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        where = f"{key}.choices[{i}]" if isinstance(param, CategoricalParam) else f"{key}.{('low', 'high')[i]}"
+        out.extend(value_problems(manifest, flag, name, value, space.source, where))
+    return out
+
+
+def _structure_problems(space: Space) -> list[Problem]:
+    """Manifest-free problems: conditions, cycles, env names, secrets, targets, baseline shape."""
+    out: list[Problem] = []
+    for name, param in space.params.items():
+        for other, wanted in param.when.items():
+            key = f"params.{name}.when.{other}"
+            if other == name:
+                out.append(space._problem(key, "a param cannot be conditioned on itself"))
+            elif other not in space.params:
+                out.append(space._problem(key, f"condition names unknown param {other}", ", ".join(space.params)))
+            else:
+                for w in wanted if isinstance(wanted, list) else [wanted]:
+                    if not space.params[other].contains(w):
+                        out.append(space._problem(key, f"{other} can never be {w!r}", space.params[other].allowed()))
+    order = space.order()
+    for i, name in enumerate(order):
+        if any(dep in space.params and dep not in order[:i] for dep in space.params[name].when if dep != name):
+            out.append(space._problem(f"params.{name}.when", "conditions form a cycle"))
+    for name, value in space.launch.env.items():
+        key = f"launch.env.{name}"
+        if not ENV_NAME.match(name):
+            out.append(space._problem(key, f"{name!r} is not a valid env var name", "letters, digits and _, not starting with a digit"))
+        if is_secret(name):
+            out.append(space._problem(key, "a secret value is written in the space file",
+                                      f"list {name} in launch.secret_env; it is read from your environment at start"))
+    for name in space.launch.secret_env:
+        if not ENV_NAME.match(name):
+            out.append(space._problem(f"launch.secret_env.{name}", f"{name!r} is not a valid env var name"))
+    for name in space.params:
+        if not is_flag(name) and (name in space.launch.env or is_secret(name)):
+            why = "also fixed in launch.env" if name in space.launch.env else "secrets are never searched or written"
+            out.append(space._problem(f"params.{name}", why))
+    ladder = space.load_test.concurrency
+    for level in space.targets:
+        if level not in ladder:
+            out.append(space._problem(f"targets.{level}", "not a level of load_test.concurrency", ", ".join(map(str, ladder))))
+    if space.baseline is not None:
+        out.extend(space.config_problems(space.baseline, "baseline"))
+    return out
+
+
+def _argv_problems(space: Space, manifest: Manifest, config: dict[str, Any], key: str) -> list[Problem]:
+    """The rendered argv of `config` through the manifest's parser: whatever only the whole shows."""
+    from search.profile import render
+
+    try:
+        manifest.parse(render(space, config).args)
+    except ManifestError as exc:
+        return [space._problem(key, f"SGLang {manifest.version} rejects the rendered command: {exc}")]
+    return []
