@@ -36,6 +36,11 @@ def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
     return vars(manifests.load(version).parser().parse_args(argv))
 
 
+def tp_size(flags: dict[str, Any]) -> int:
+    """`--tp-size`'s dest is `tensor_parallel_size` before 0.5.23 (argparse takes the first option)."""
+    return int(flags.get("tp_size") or flags.get("tensor_parallel_size") or 1)
+
+
 def graphs_on(flags: dict[str, Any]) -> bool:
     return not (flags.get("disable_cuda_graph") or flags.get("cuda_graph_backend_decode") == "disabled"
                 or flags.get("disable_decode_cuda_graph"))
@@ -52,7 +57,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         autotune = flags.get("moe_runner_backend") in tuned and not flags.get("disable_flashinfer_autotune")
     if outcome and outcome["phase"] == "autotune":
         autotune = True  # a crash there means it ran
-    tp = int(flags.get("tp_size") or 1)
+    tp = tp_size(flags)
     weights = MODEL["weights_gib_total"] / tp
     fraction = float(flags.get("mem_fraction_static") or 0.85)
     pool = max(fraction * GPU_GIB, weights + 0.5)
@@ -79,7 +84,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
 
 
 def gpus_of(flags: dict[str, Any], env: dict[str, str]) -> list[int]:
-    tp = int(flags.get("tp_size") or 1)
+    tp = tp_size(flags)
     visible = [int(g) for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
     base = int(flags.get("base_gpu_id") or 0)
     return [visible[base + r] if base + r < len(visible) else 10_000 + r for r in range(tp)] if visible \

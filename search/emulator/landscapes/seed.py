@@ -56,7 +56,7 @@ def _mem_fraction(flags: dict[str, Any]) -> float:
 
 
 def _tp(flags: dict[str, Any]) -> int:
-    return int(flags.get("tp_size") or 1)
+    return int(flags.get("tp_size") or flags.get("tensor_parallel_size") or 1)  # dest differs by version
 
 
 def _graph_max_bs(flags: dict[str, Any]) -> int:

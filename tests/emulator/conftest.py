@@ -1,0 +1,90 @@
+"""Start the real emulator as a subprocess on a free port with its own state directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import json
+import pytest
+
+TUNED = ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "flashinfer_cutlass", "--disable-cuda-graph",
+         "--mem-fraction-static", "0.92"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, state: Path, log: Path, args: list[str], env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.log_path = log
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SEARCH_EMULATOR_TIME_SCALE": "0.002", "SEARCH_EMULATOR_STATE_DIR": str(state),
+                    **env}
+        self.state = Path(self.env["SEARCH_EMULATOR_STATE_DIR"])
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "search.emulator", *args, "--port", str(self.port)],
+                                     env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def text(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, needle: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} not in log:\n{self.text()[-3000:]}")
+            time.sleep(0.05)
+
+    def wait_ready(self) -> None:
+        self.wait_for("The server is fired up and ready to roll!")
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator:
+    """Each server gets its own GPU state dir unless SEARCH_EMULATOR_STATE_DIR is passed (shared GPUs)."""
+    servers: list[Server] = []
+
+    def _start(args: list[str] | None = None, **env: str) -> Server:
+        n = len(servers)
+        server = Server(tmp_path / f"state{n}", tmp_path / f"server{n}.log", TUNED if args is None else args, env)
+        servers.append(server)
+        return server
+
+    yield _start
+    for server in servers:
+        server.stop()
+    # Ranks left behind by a test (orphans) hold GPU locks: end them by the pids they published.
+    for path in tmp_path.glob("state*/gpu*.json"):
+        pid = int(json.loads(path.read_text())["pid"])
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def client(server: Server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=30)
