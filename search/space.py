@@ -298,8 +298,10 @@ class Space(_Model):
         """Optuna distributions by param name (for enqueueing and grids)."""
         return {name: p.distribution() for name, p in self.params.items()}
 
-    def config_problems(self, config: dict[str, Any], key: str) -> list[Problem]:
-        """What makes `config` not a point of this space (unknown names, values, conditions)."""
+    def config_problems(self, config: dict[str, Any], key: str, *, complete: bool = True) -> list[Problem]:
+        """What makes `config` not a point of this space (unknown names, values, conditions).
+
+        `complete=False` accepts a partial config (params left at SGLang's defaults)."""
         out: list[Problem] = []
         for name, value in config.items():
             if name not in self.params:
@@ -309,7 +311,7 @@ class Space(_Model):
             elif not self.is_active(name, config):
                 when = ", ".join(f"{k}={v}" for k, v in self.params[name].when.items())
                 out.append(self._problem(f"{key}.{name}", "set although its condition fails", f"only when {when}"))
-        for name in self.order():
+        for name in self.order() if complete else ():
             if name not in config and self.is_active(name, config):
                 out.append(self._problem(f"{key}.{name}", "missing: the param applies here", self.params[name].allowed()))
         return out
@@ -412,7 +414,7 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
     ctx = err.get("ctx") or {}
     allowed = None
     if err["type"] == "literal_error":
-        allowed = str(ctx.get("expected"))
+        msg, allowed = f"unknown value {err['input']!r}", str(ctx.get("expected"))
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         allowed = "int, float, categorical, bool"
         msg = "missing or unknown param type" if err["type"] == "union_tag_not_found" else f"unknown param type {err['input'].get('type')!r}"

@@ -1,7 +1,101 @@
-"""`search space ...` commands."""
+"""`search space ...`: check a space (or a launch command) against SGLang's flags; render profiles."""
 
 from __future__ import annotations
 
-import typer
+import os
+from pathlib import Path
+from typing import Optional
 
-app = typer.Typer(help="space commands.", no_args_is_help=True)
+import typer
+import yaml
+
+from search import manifests
+from search.command import check_command
+from search.errors import BadInput
+from search.profile import render as render_profile
+from search.profile import to_json, to_sglang_config, to_shell
+from search.space import CheckReport, Space, SpaceError, check_space, load_space
+
+app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
+
+_FORMATS = {"shell": to_shell, "sglang-config": to_sglang_config, "json": to_json}
+
+
+def _manifest(version: str | None, python: str | None, default: str) -> manifests.Manifest:
+    if version and python:
+        raise BadInput("give --sglang-version or --python, not both")
+    return manifests.live(python) if python else manifests.load(version or default)
+
+
+@app.command("check")
+def check(
+    space_file: Optional[Path] = typer.Argument(None, help="A space file (spaces/*.yaml)."),
+    command: Optional[str] = typer.Option(None, "--command", help="Check this launch command instead of a space."),
+    version: Optional[str] = typer.Option(None, "--sglang-version", help="Check against a shipped manifest "
+                                          f"({', '.join(manifests.SHIPPED)}); default: the space's version."),
+    python: Optional[str] = typer.Option(None, "--python", help="Check against the sglang installed for this Python."),
+) -> None:
+    """Print every problem as `file: key: what is wrong (allowed: ...)`; exit 2 on any error."""
+    if (space_file is None) == (command is None):
+        raise BadInput("give a space file or --command \"python -m sglang.launch_server ...\", not both or neither")
+    if command is not None:
+        manifest = _manifest(version, python, manifests.DEFAULT_VERSION)
+        _report("launch command", manifest, check_command(command, manifest))
+        return
+    try:
+        space = load_space(space_file)
+    except SpaceError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem))
+        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file's structure") from None
+    manifest = _manifest(version, python, space.sglang_version)
+    _report(str(space_file), manifest, check_space(space, manifest))
+
+
+def _report(what: str, manifest: manifests.Manifest, report: CheckReport) -> None:
+    for problem in report.errors:
+        typer.echo(str(problem))
+    for problem in report.warnings:
+        typer.echo(f"warning: {problem}")
+    tally = f"for SGLang {manifest.version} ({len(report.warnings)} warning(s))"
+    if not report.ok:
+        raise BadInput(f"{what}: {len(report.errors)} error(s) {tally}")
+    typer.echo(f"{what}: valid {tally}", err=True)
+
+
+@app.command("render")
+def render(
+    space_file: Path = typer.Argument(..., help="A space file (spaces/*.yaml)."),
+    sets: list[str] = typer.Option([], "--set", help="PARAM=VALUE (YAML value: 64, 0.9, true, null); repeatable."),
+    baseline: bool = typer.Option(False, "--baseline", help="Start from the space's baseline config."),
+    fmt: str = typer.Option("shell", "--format", help="shell | sglang-config | json"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
+) -> None:
+    """Render the fixed launch plus a config (params not given keep SGLang's defaults)."""
+    if fmt not in _FORMATS:
+        raise BadInput(f"unknown --format {fmt!r}; use one of {', '.join(_FORMATS)}")
+    space = load_space(space_file)
+    config = _config(space, sets, baseline)
+    text = _FORMATS[fmt](render_profile(space, config))
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.write_text(text, encoding="utf-8")
+    if fmt == "shell":
+        os.chmod(output, 0o755)
+    typer.echo(f"wrote {output}", err=True)
+
+
+def _config(space: Space, sets: list[str], baseline: bool) -> dict:
+    if baseline and space.baseline is None:
+        raise BadInput(f"{space.source} has no baseline; drop --baseline or add one")
+    config = dict(space.baseline or {}) if baseline else {}
+    for item in sets:
+        name, eq, raw = item.partition("=")
+        if not eq:
+            raise BadInput(f"--set {item!r}: write PARAM=VALUE, e.g. --set --max-running-requests=256")
+        config[name] = yaml.safe_load(raw) if raw else None
+    problems = space.config_problems(config, "--set", complete=False)
+    if problems:
+        raise BadInput("; ".join(map(str, problems)))
+    return space.active(config)
