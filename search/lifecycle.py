@@ -71,6 +71,12 @@ class Watch:
         self.handle = handle
         self.classifier = classifier
         self._on_event = on_event
+        self._exit: Event | None = None  # the process ended without a line saying why
+
+    @property
+    def failure(self) -> Event | None:
+        """The best evidence of failure so far: the classifier's, else the bare exit."""
+        return self.classifier.failure or self._exit
 
     def emit(self, event: Event) -> None:
         if self._on_event is not None:
@@ -95,19 +101,19 @@ class Watch:
         """The failure of a process that exited without a line saying why."""
         last = self.classifier.last_line
         tail = f"; last line: {self.classifier.message(last)}" if last else ""
-        event = Event("failure", "crash", self.classifier.phase or "starting", time.time(),
-                      f"server exited with code {returncode}{tail}")
-        self.emit(event)
-        return event
+        self._exit = Event("failure", "crash", self.classifier.phase or "starting", time.time(),
+                           f"server exited with code {returncode}{tail}")
+        self.emit(self._exit)
+        return self._exit
 
     def abort_reason(self) -> str | None:
         """Why the server can no longer be measured (a failure line or its exit), else None."""
         self.pump(0)
-        failure = self.classifier.failure
-        if failure is None and (rc := self.handle.returncode()) is not None:
+        if self.failure is None and (rc := self.handle.returncode()) is not None:
             self.settle()
-            failure = self.classifier.failure or self.exit_failure(rc)
-        return describe(failure) if failure is not None else None
+            if self.failure is None:
+                self.exit_failure(rc)
+        return describe(self.failure) if self.failure is not None else None
 
 
 @dataclass
@@ -179,7 +185,7 @@ def _wait(watch: Watch, health_url: str, timeouts: Mapping[str, float]) -> tuple
                 return classifier.failure, classifier.failure.time
             if (rc := handle.returncode()) is not None:
                 watch.settle()
-                failure = classifier.failure or watch.exit_failure(rc)
+                failure = watch.failure or watch.exit_failure(rc)
                 return failure, failure.time
             now = time.time()
             if (stall := classifier.check_stall(now, timeouts)) is not None:

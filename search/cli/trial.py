@@ -1,7 +1,101 @@
-"""`search trial ...` commands."""
+"""`search trial run`: one config end to end, the first thing to run on a new machine."""
 
 from __future__ import annotations
 
-import typer
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
-app = typer.Typer(help="trial commands.", no_args_is_help=True)
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from search.errors import BadInput, InfrastructureFault, RunFailed
+from search.logwatch import Event
+from search.trial import TrialResult, meets_slos, run_trial, slos_of
+
+app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
+console = Console(highlight=False)
+
+
+def parse_sets(items: list[str], params: Iterable[str]) -> dict[str, Any]:
+    """``["--max-running-requests=256", "NCCL_MIN_NCHANNELS=4"]`` -> overrides (values read as YAML scalars)."""
+    known = list(params)
+    overrides = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise BadInput(f"--set {item!r}: expected PARAM=VALUE, e.g. --set --max-running-requests=256")
+        if name not in known:
+            raise BadInput(f"--set {name}: not a parameter of the space; use one of {', '.join(known) or '(none)'}")
+        overrides[name] = yaml.safe_load(value) if value.strip() else value
+    return overrides
+
+
+@app.command("run")
+def run(
+    space_path: Path = typer.Argument(..., metavar="SPACE", help="Space file (spaces/X.yaml)."),
+    sets: list[str] = typer.Option([], "--set", metavar="FLAG=VALUE", help="Override one parameter of the baseline."),
+    emulate: bool = typer.Option(False, "--emulate", help="Start the SGLang emulator instead of the space's launcher."),
+    study: str = typer.Option("trial-run", "--study", help="Artifacts go to TRIALS_DIR/STUDY/<n>/."),
+    trials_dir: Path = typer.Option(Path("trials"), "--trials-dir", help="Where trial artifacts are written."),
+) -> None:
+    """Render the space's baseline (with --set overrides), start it, follow its phases, check its
+    answers, run the load-test ladder, tear it down and print the timeline and the levels."""
+    from search.artifacts import TrialArtifacts
+    from search.hosts import LocalHost
+    from search.space import load_space
+
+    space = load_space(space_path)
+    config = {**(space.baseline or {}), **parse_sets(sets, space.params)}
+    artifacts = TrialArtifacts.next_in(trials_dir, study)
+    marker = f"{study}-{artifacts.root.name}-{uuid.uuid4().hex[:12]}"
+    began = time.time()
+
+    def on_event(event: Event) -> None:
+        if event.kind == "phase":
+            console.print(f"[dim]{event.time - began:7.1f} s[/dim]  {event.name}")
+
+    console.print(f"trial {artifacts.root}  ({'emulated' if emulate else 'local'})")
+    result = run_trial(space, config, LocalHost(emulate=emulate), trial_dir=artifacts.root, marker=marker,
+                       on_event=on_event)
+    _print(result, space, began)
+    if result.outcome == "infrastructure":
+        raise InfrastructureFault(result.failure.message)
+    if result.outcome == "crashed":
+        raise RunFailed(result.failure.message)
+
+
+def _print(result: TrialResult, space: Any, began: float) -> None:
+    if result.startup is not None and result.startup.phases:
+        timeline = Table(title="startup", title_justify="left")
+        for column in ("phase", "start (s)", "duration (s)"):
+            timeline.add_column(column, justify="left" if column == "phase" else "right")
+        for name, span in result.startup.phases.items():
+            timeline.add_row(name, f"{span.start - began:.1f}", f"{span.duration:.1f}")
+        console.print(timeline)
+    if result.levels:
+        slos = slos_of(space)
+        levels = Table(title="load test", title_justify="left")
+        for column in ("concurrency", "output tok/s", "total tok/s", "req/s", "p99 TTFT ms", "p99 ITL ms",
+                       "errors", "SLOs"):
+            levels.add_column(column, justify="right")
+        for lv in result.levels:
+            levels.add_row(str(lv.max_concurrency), f"{lv.output_throughput:,.0f}", f"{lv.total_throughput:,.0f}",
+                           f"{lv.request_throughput:.2f}", f"{lv.p99_ttft_ms:,.0f}", f"{lv.p99_itl_ms:,.1f}",
+                           str(sum(lv.errors.values())), "ok" if meets_slos(lv, slos) else "missed")
+        console.print(levels)
+    if result.objective is not None:
+        console.print(f"{result.outcome}: peak {result.objective:,.0f} output tok/s at concurrency "
+                      f"{result.peak_concurrency}")
+    elif result.outcome in ("completed", "pruned"):
+        console.print(f"{result.outcome}: no level met the SLOs")
+    if result.answers_differ:
+        console.print("[yellow]answers differ from the baseline's[/yellow]")
+    if result.teardown:
+        console.print(f"[yellow]teardown: {result.teardown}[/yellow]")
+    console.print(f"artifacts: {result.artifacts}")

@@ -1,0 +1,159 @@
+"""One config end to end: start it, gate its answers, climb the ladder, always tear down.
+
+The study calls :func:`run_trial` for every trial and ``search trial run`` for one; both get a
+:class:`TrialResult` and a ``trials/<study>/<n>/`` directory. The outcome tells the study what
+to do with it: ``completed`` (an objective, maybe None when no level met the SLOs), ``crashed``
+(the config's fault), ``pruned`` (the ladder callback stopped it) or ``infrastructure`` (the
+host's fault: retry the same parameters elsewhere or later).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from search import correctness
+from search.artifacts import TrialArtifacts
+from search.errors import InfrastructureFault, RunFailed
+from search.hosts.base import Host, ServerHandle
+from search.lifecycle import Failure, OnEvent, Startup, phases_dict, start_server
+from search.loadtest import LadderSpec, LevelResult, run_ladder
+from search.profile import LaunchProfile, render
+from search.space import Space
+
+OUTCOMES = ("completed", "crashed", "pruned", "infrastructure")
+CLEAN_TIMEOUT_S = 60.0  # how long a trial waits for a previous server's port and GPUs
+STOP_GRACE_S = 10.0
+SLO_KEYS = ("p99_ttft_ms", "p99_itl_ms")  # Space.slos field -> the LevelResult key it bounds
+
+OnLevel = Callable[[LevelResult], bool]
+
+
+@dataclass
+class TrialResult:
+    outcome: str  # one of OUTCOMES
+    artifacts: Path
+    marker: str
+    startup: Startup | None = None
+    failure: Failure | None = None  # why it crashed or hit the infrastructure (also mid-ladder)
+    levels: list[LevelResult] = field(default_factory=list)
+    answers: list[str] | None = None
+    answers_differ: bool | None = None  # None: no baseline to compare with
+    objective: float | None = None  # highest output tok/s over the levels meeting the SLOs
+    peak_concurrency: int | None = None  # the level that gave it
+    slo_ok: bool = False  # some level met the SLOs
+    gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
+    teardown: str | None = None  # the host was left dirty: the next trial's ensure_clean will wait
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "phases": phases_dict(self.startup.phases) if self.startup else {},
+            "levels": [level.to_dict() for level in self.levels],
+            "answers_differ": self.answers_differ,
+            "objective": self.objective,
+            "peak_output_throughput": self.objective,
+            "peak_concurrency": self.peak_concurrency,
+            "slo_ok": self.slo_ok,
+            "gpu_seconds": self.gpu_seconds,
+            "teardown": self.teardown,
+            "artifacts": str(self.artifacts),
+            "marker": self.marker,
+        }
+
+
+def ladder_spec(space: Space) -> LadderSpec:
+    """The space's load test as the ladder runs it."""
+    lt = space.load_test
+    return LadderSpec(concurrency=tuple(lt.concurrency), input_len=lt.input_len, output_len=lt.output_len,
+                      duration_s=lt.duration_s, requests=lt.requests, warmup_s=lt.warmup_s, api=lt.api)
+
+
+def slos_of(space: Space) -> dict[str, float | None]:
+    """The space's SLOs as ``{LevelResult key: limit or None}``."""
+    return {key: getattr(space.slos, key, None) for key in SLO_KEYS}
+
+
+def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
+    """Every SLO the space sets holds at this level, and it completed requests without errors."""
+    within = all(limit is None or getattr(level, key) <= limit for key, limit in slos.items())
+    return within and level.completed > 0 and not level.errors
+
+
+def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir: Path, marker: str,
+              on_event: OnEvent | None = None, on_level: OnLevel | None = None,
+              baseline_answers: list[str] | None = None) -> TrialResult:
+    """Run ``config`` of ``space`` on ``host``; artifacts go to ``trial_dir``.
+
+    The server is torn down whatever happens, KeyboardInterrupt included (then re-raised).
+    """
+    profile = render(space, dict(config))
+    artifacts = TrialArtifacts(trial_dir, profile.secret_env)
+    artifacts.write_profile(profile)
+    result = TrialResult(outcome="infrastructure", artifacts=trial_dir, marker=marker)
+    handle: ServerHandle | None = None
+    began = time.monotonic()
+    try:
+        try:
+            host.ensure_clean(profile, timeout=CLEAN_TIMEOUT_S)
+            handle, result.startup = start_server(host, profile, marker=marker, log_path=artifacts.server_log,
+                                                  timeouts=dict(space.timeouts or {}), on_event=on_event)
+        except InfrastructureFault as exc:
+            result.failure = Failure("infrastructure", "starting", str(exc), True, str(exc))
+            return result
+        artifacts.write_json("phases.json", phases_dict(result.startup.phases))
+        if not result.startup.ok:
+            result.failure = result.startup.failure
+            result.outcome = "infrastructure" if result.failure.infrastructure else "crashed"
+            return result
+        _measure(space, profile, result, artifacts, on_level, baseline_answers)
+        return result
+    finally:
+        if handle is not None:
+            try:
+                handle.stop(grace=STOP_GRACE_S)
+            except InfrastructureFault as exc:
+                result.teardown = str(exc)
+        result.gpu_seconds = time.monotonic() - began
+        artifacts.scrub_log()
+        artifacts.write_json("result.json", result.to_dict())
+
+
+def _measure(space: Space, profile: LaunchProfile, result: TrialResult, artifacts: TrialArtifacts,
+             on_level: OnLevel | None, baseline_answers: list[str] | None) -> None:
+    """Correctness prompts, then the ladder; fills ``result``."""
+    watch = result.startup.watch
+    spec = ladder_spec(space)
+    try:
+        result.answers = correctness.collect_answers(profile.url, spec.api)
+    except RunFailed as exc:
+        _crashed(result, watch.abort_reason() or str(exc))
+        return
+    artifacts.write_json("answers.json", result.answers)
+    if baseline_answers is not None:
+        result.answers_differ = bool(correctness.compare(baseline_answers, result.answers))
+    ladder = run_ladder(profile.url, spec, on_level=on_level, should_abort=watch.abort_reason)
+    artifacts.write_json("loadtest.json", ladder.to_dict())
+    result.levels = ladder.levels
+    slos = slos_of(space)
+    passing = [level for level in ladder.levels if meets_slos(level, slos)]
+    if passing:
+        best = max(passing, key=lambda level: level.output_throughput)
+        result.objective, result.peak_concurrency = best.output_throughput, best.max_concurrency
+    result.slo_ok = bool(passing)
+    if ladder.aborted:
+        _crashed(result, ladder.aborted)
+    else:
+        result.outcome = "pruned" if ladder.pruned else "completed"
+
+
+def _crashed(result: TrialResult, reason: str) -> None:
+    """The server died (or broke) after it was ready: the classifier's failure when it saw one."""
+    event = result.startup.watch.failure
+    result.outcome = "crashed"
+    result.failure = (Failure.from_event(event) if event is not None
+                      else Failure("crash", "ready", reason, False, f"crashed while serving: {reason}"))
