@@ -91,13 +91,6 @@ setsid sh -c 'trap : TERM INT HUP; "$@"; echo $? > "$0"' "$rc" "$@" > "$log" 2>&
 echo $!
 """
 
-# Exit status if recorded, else whether the group still runs (checked twice around the race).
-_STATUS_SH = """\
-cat "$1" 2>/dev/null && exit 0
-kill -0 -- "-$2" 2>/dev/null && { echo running; exit 0; }
-cat "$1" 2>/dev/null || echo gone
-"""
-
 
 def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """One remote shell command running ``argv`` with ``env``; every word quoted (``shlex``)."""
@@ -163,7 +156,7 @@ class SSHHost:
             )
         except paramiko.BadHostKeyException as exc:
             client.close()
-            host = exc.hostname
+            host = cfg.address if cfg.port == 22 else f"[{cfg.address}]:{cfg.port}"  # as known_hosts names it
             raise BadInput(
                 f"host {cfg.name}: the host key of {host} CHANGED (now {exc.key.fingerprint}) and does not match "
                 f"{cfg.known_hosts}; if the machine was reinstalled, run `ssh-keygen -R '{host}' -f {cfg.known_hosts}` "
@@ -477,17 +470,22 @@ class SSHServer:
         A server gone without a recorded status (host rebooted, killed from outside while we were
         not stopping it) is an InfrastructureFault: its trial state is lost, not its config's fault.
         """
-        status = self.host.run(["sh", "-c", _STATUS_SH, "sh", f"{self.run_dir}/exit-status", str(self.pgid)]).strip()
-        if status == "running":
-            return None
-        if status == "gone":
+        status = self._recorded_status()
+        if status is None:
+            if self.host._procs(self.pgid, self.marker, 0):  # zombies excluded: they hold nothing
+                return None
+            status = self._recorded_status()  # it may have exited between the two looks
+        if status is None:
             if self._stopping:
                 return -9
             raise InfrastructureFault(
                 f"host {self.host.name}: the server of trial {self.marker} vanished without an exit status; trial state lost"
             )
-        code = int(status)
-        return 128 - code if code > 128 else code  # the shell reports death by signal N as 128+N
+        return 128 - status if status > 128 else status  # the shell reports death by signal N as 128+N
+
+    def _recorded_status(self) -> int | None:
+        text = self.host.run(["sh", "-c", 'cat -- "$1" 2>/dev/null || true', "sh", f"{self.run_dir}/exit-status"])
+        return int(text) if text.strip().lstrip("-").isdigit() else None
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the group, wait ``grace``, SIGKILL group and marker, check the port and GPUs.

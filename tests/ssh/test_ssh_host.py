@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from search import gpu
 from search.errors import BadInput, InfrastructureFault
 from search.hosts.base import MARKER_ENV, Host, ServerHandle
 from search.hosts.ssh import SSHHost, command_line
@@ -100,4 +101,102 @@ def test_arguments_and_environment_arrive_literally(sshd: Sshd, tmp_path: Path) 
     assert not list(Path.home().glob("PWNED")) and not list(tmp_path.rglob("PWNED"))
     with pytest.raises(BadInput, match="environment variable name 'A;B'"):
         command_line(["true"], {"A;B": "1"})
+    host.close()
+
+
+def test_unknown_host_key_is_refused_then_recorded_once_with_the_flag(sshd: Sshd, tmp_path: Path) -> None:
+    known = tmp_path / "ssh" / "known_hosts"
+    with pytest.raises(BadInput, match=r"host loop: unknown host key for \[127\.0\.0\.1\]:\d+ .*--accept-new-host-key"):
+        SSHHost(sshd.host(known_hosts=known)).run(["true"])
+    assert not known.exists()
+    accepting = SSHHost(sshd.host(known_hosts=known), accept_new_host_key=True)
+    assert accepting.run(["echo", "hi"]) == "hi\n"
+    accepting.close()
+    assert known.read_text() == sshd.host_key_line + "\n"
+    plain = SSHHost(sshd.host(known_hosts=known))  # recorded: no flag needed any more
+    assert plain.run(["echo", "again"]) == "again\n"
+    plain.close()
+
+
+def test_changed_host_key_is_refused_even_with_the_flag(sshd: Sshd, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    other = "AAAAC3NzaC1lZDI1NTE5AAAAIGJ2b3JkZW5zdGVpbmdlc3RlaW5ncmFuZG9ta2V5MDAx"
+    known.write_text(f"[127.0.0.1]:{sshd.port} ssh-ed25519 {other}\n")
+    with pytest.raises(BadInput, match=r"host key of \[127\.0\.0\.1\]:\d+ CHANGED .*ssh-keygen -R"):
+        SSHHost(sshd.host(known_hosts=known), accept_new_host_key=True).run(["true"])
+    assert known.read_text().count("\n") == 1
+
+
+def test_emulator_started_remotely_is_followed_and_stopped_without_leftovers(emulated: SSHHost, tmp_path: Path) -> None:
+    assert isinstance(emulated, Host)
+    profile = _profile()
+    emulated.ensure_clean(profile, timeout=5)
+    handle = emulated.start(profile, marker="trial-1", log_path=tmp_path / "trial" / "server.log")
+    assert isinstance(handle, ServerHandle)
+    try:
+        lines = _follow_until(handle, READY)
+        assert handle.returncode() is None
+        assert _marked("trial-1")  # the ranks carry the marker
+        samples = emulated.gpu_samples()  # the emulator's nvidia-smi stand-in, over SSH
+        assert samples is not None and [s.index for s in samples] == [0, 1, 2, 3]
+        assert len(gpu.busy(samples, [0, 1, 2, 3])) == 4  # memory held by the live ranks
+        assert emulated.held(profile)[0] == f"port {profile.port} in use"
+        with gpu.Telemetry(emulated.gpu_samples, gpus=[0, 1], interval=0.1) as telemetry:
+            while telemetry.mark() < 2:
+                time.sleep(0.05)
+        window = telemetry.since(0)
+        assert window is not None and window.power_w and window.power_limit_w and window.power_w <= window.power_limit_w
+    finally:
+        handle.stop(grace=5)
+    assert _marked("trial-1") == []
+    emulated.ensure_clean(profile, timeout=1)
+    remote_log = Path(emulated.work_dir()) / "trial-1" / "server.log"
+    assert (tmp_path / "trial" / "server.log").read_bytes() == remote_log.read_bytes()
+    assert remote_log.read_text().startswith("\n".join(lines))
+    assert handle.returncode() is not None
+
+
+def test_kill_marker_sweeps_a_server_left_behind(emulated: SSHHost, tmp_path: Path) -> None:
+    profile = _profile()
+    handle = emulated.start(profile, marker="trial-2", log_path=tmp_path / "server.log")
+    _follow_until(handle, "Load weight begin")
+    assert emulated.kill_marker("trial-2") >= 1
+    assert _marked("trial-2") == []
+    assert emulated.kill_marker("trial-2") == 0
+    handle.stop(grace=1)
+
+
+def test_connection_cut_mid_follow_reconnects_and_loses_no_line(sshd: Sshd, emulated: SSHHost, tmp_path: Path) -> None:
+    handle = emulated.start(_profile(), marker="trial-3", log_path=tmp_path / "server.log")
+    try:
+        lines = _follow_until(handle, "Load weight begin")
+        assert sshd.cut_sessions() >= 1
+        lines += _follow_until(handle, READY)
+    finally:
+        handle.stop(grace=5)
+    remote = (Path(emulated.work_dir()) / "trial-3" / "server.log").read_text()
+    assert remote.startswith("\n".join(lines) + "\n")  # every line once, in order, across the cut
+    assert (tmp_path / "server.log").read_text() == remote
+
+
+def test_trial_state_lost_after_a_drop_is_an_infrastructure_fault(sshd: Sshd, emulated: SSHHost, tmp_path: Path) -> None:
+    handle = emulated.start(_profile(), marker="trial-4", log_path=tmp_path / "server.log")
+    _follow_until(handle, "Load weight begin")
+    sshd.cut_sessions()
+    os.killpg(handle.pgid, signal.SIGKILL)  # what a host reboot does to the wrapper and the server
+    emulated.kill_marker("trial-4")
+    with pytest.raises(InfrastructureFault, match="trial-4 vanished without an exit status; trial state lost"):
+        handle.returncode()
+    handle.stop(grace=1)
+
+
+def test_a_host_that_stays_down_is_marked_unavailable(live_sshd: Sshd) -> None:
+    host = SSHHost(live_sshd.host(reconnect_attempts=2, reconnect_delay=0.05))
+    assert host.run(["true"]) == "" and host.available
+    live_sshd.stop()
+    with pytest.raises(InfrastructureFault, match=r"host loop \(root@127\.0\.0\.1:\d+\) unreachable after 2 attempts"):
+        host.run(["true"])
+    assert not host.available and host.last_error
+    live_sshd.start()
+    assert host.run(["echo", "back"]) == "back\n" and host.available
     host.close()
