@@ -40,6 +40,8 @@ def _cell(level: LevelResult, key: str | tuple[str, ...], fmt: str | None) -> st
     if key == "errors":
         return ", ".join(f"{k}:{n}" for k, n in level.errors.items()) or "0"
     values = [getattr(level, k) for k in (key if isinstance(key, tuple) else (key,))]
+    if None in values:
+        return "-"  # no sample in the window (e.g. no request finished in it)
     text = fmt.format(*values) if fmt else str(values[0])
     return text + (" (converged)" if key == "duration" and level.ended_early else "")
 

@@ -1,6 +1,7 @@
 """Per-level metrics with ``sglang.bench_serving``'s definitions and key names.
 
 TTFT = first content chunk - send; ITL = gaps between consecutive content chunks;
+(a latency with no sample in the level is None);
 TPOT = (E2E - TTFT) / (output tokens - 1); throughputs = tokens (or requests) / duration;
 concurrency = time-averaged requests in flight (bench_serving: sum of E2E / duration).
 
@@ -42,22 +43,22 @@ class LevelResult:
     input_throughput: float
     output_throughput: float
     total_throughput: float
-    mean_ttft_ms: float
-    median_ttft_ms: float
-    p90_ttft_ms: float
-    p99_ttft_ms: float
-    mean_itl_ms: float
-    median_itl_ms: float
-    p90_itl_ms: float
-    p99_itl_ms: float
-    mean_tpot_ms: float
-    median_tpot_ms: float
-    p90_tpot_ms: float
-    p99_tpot_ms: float
-    mean_e2e_latency_ms: float
-    median_e2e_latency_ms: float
-    p90_e2e_latency_ms: float
-    p99_e2e_latency_ms: float
+    mean_ttft_ms: float | None
+    median_ttft_ms: float | None
+    p90_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_itl_ms: float | None
+    median_itl_ms: float | None
+    p90_itl_ms: float | None
+    p99_itl_ms: float | None
+    mean_tpot_ms: float | None
+    median_tpot_ms: float | None
+    p90_tpot_ms: float | None
+    p99_tpot_ms: float | None
+    mean_e2e_latency_ms: float | None
+    median_e2e_latency_ms: float | None
+    p90_e2e_latency_ms: float | None
+    p99_e2e_latency_ms: float | None
     errors: dict[str, int] = field(default_factory=dict)
     converged: bool = False  # the throughput's confidence half-width fell under the threshold
     ended_early: bool = False  # the level stopped before its full duration because it converged
@@ -67,9 +68,12 @@ class LevelResult:
         return asdict(self)
 
 
-def _summary(name: str, seconds: list[float]) -> dict[str, float]:
-    # bench_serving reports 0 for an empty sample (e.g. no ITL with one-token outputs).
-    arr = np.asarray(seconds or [0.0]) * 1000.0
+def _summary(name: str, seconds: list[float]) -> dict[str, float | None]:
+    # None for an empty sample (bench_serving says 0, which reads as a perfect latency): e.g.
+    # no request finished inside a window shorter than one request.
+    if not seconds:
+        return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "p90", "p99")}
+    arr = np.asarray(seconds) * 1000.0
     return {
         f"mean_{name}_ms": float(arr.mean()),
         f"median_{name}_ms": float(np.median(arr)),
@@ -98,7 +102,7 @@ def _build(level: int, duration: float, done: list[Record], ttft: list[float], i
         "tpot": [t for r in done if (t := _tpot(r)) is not None],
         "e2e_latency": [r.end - r.send for r in done],
     }
-    summaries: dict[str, float] = {}
+    summaries: dict[str, float | None] = {}
     for name in _STATS:
         summaries.update(_summary(name, samples[name]))
     return LevelResult(
