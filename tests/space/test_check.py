@@ -1,0 +1,147 @@
+"""check_space against shipped manifests: each problem kind, all reported at once; the seed command."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+
+from search.command import check_command
+from search.manifests import load
+from search.space import check_space, load_space, parse_space
+from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
+
+
+def _lines(data: dict, version: str = "0.5.9") -> tuple[list[str], list[str]]:
+    report = check_space(parse_space(data, "s.yaml"), load(version))
+    return [str(p) for p in report.errors], [str(p) for p in report.warnings]
+
+
+def test_minimal_space_is_valid() -> None:
+    assert _lines(copy.deepcopy(MINIMAL)) == ([], [])
+
+
+def test_every_problem_kind_is_reported_together() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["launch"]["flags"] = {"--no-such-flag": 1, "--moe-runner-backend": "warp_drive", "--api-key": "sk-1"}
+    data["launch"]["env"] = {"1BAD": "x", "HF_TOKEN": "hf_secret"}
+    data["params"].update({
+        "--max-prefill-tokens": {"type": "float", "low": 1.5, "high": 9.5},          # float on an int flag
+        "--enable-metrics": {"type": "categorical", "choices": [True]},               # switch not bool
+        "--chunked-prefill-size": {"type": "bool"},                                  # bool on a valued flag
+        "--schedule-policy": {"type": "categorical", "choices": ["fcfs", "lifo"]},   # outside choices
+        "BAD-NAME": {"type": "categorical", "choices": [1]},                          # invalid env name
+        "--stream-interval": {"type": "int", "low": 1, "high": 4, "when": {"--nope": 1}},
+        "--decode-log-interval": {"type": "int", "low": 1, "high": 4,
+                                  "when": {"--max-running-requests": 99}},            # impossible value
+    })
+    data["baseline"]["--max-running-requests"] = 100                                  # outside choices
+    data["baseline"]["--unknown"] = 1
+    data["targets"] = {128: 500}
+    errors, _ = _lines(data)
+    text = "\n".join(errors)
+    expected = [
+        "s.yaml: launch.flags.--no-such-flag: unknown flag --no-such-flag in SGLang 0.5.9",
+        "s.yaml: launch.flags.--moe-runner-backend: 'warp_drive' is not a choice of --moe-runner-backend (allowed: auto,",
+        "s.yaml: launch.flags.--api-key: a secret value would be written into every rendered profile",
+        "s.yaml: launch.env.1BAD: '1BAD' is not a valid env var name",
+        "s.yaml: launch.env.HF_TOKEN: a secret value is written in the space file (allowed: list HF_TOKEN in launch.secret_env",
+        "s.yaml: params.--max-prefill-tokens: type float but --max-prefill-tokens takes int (allowed: type int)",
+        "s.yaml: params.--enable-metrics: --enable-metrics is a store_true switch; use type: bool (allowed: bool)",
+        "s.yaml: params.--chunked-prefill-size: type bool needs a store_true flag; --chunked-prefill-size is int",
+        "s.yaml: params.--schedule-policy.choices[1]: 'lifo' is not a choice of --schedule-policy (allowed: ",
+        "s.yaml: params.BAD-NAME: 'BAD-NAME' is neither a flag (--name) nor a valid env var name",
+        "s.yaml: params.--stream-interval.when.--nope: condition names unknown param --nope",
+        "s.yaml: params.--decode-log-interval.when.--max-running-requests: --max-running-requests can never be 99",
+        "s.yaml: baseline.--max-running-requests: 100 is outside the param (allowed: null (flag omitted), 64, 256)",
+        "s.yaml: baseline.--unknown: not a param of this space",
+        "s.yaml: targets.128: not a level of load_test.concurrency (allowed: 64, 256, 512, 1024)",
+    ]
+    for line in expected:
+        assert line in text, line
+    assert len(errors) >= len(expected)
+
+
+def test_baseline_condition_violations_and_missing_params() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["baseline"]["--disable-cuda-graph"] = True     # --cuda-graph-max-bs now inactive but set
+    del data["baseline"]["NCCL_MIN_NCHANNELS"]
+    errors, _ = _lines(data)
+    assert "s.yaml: baseline.--cuda-graph-max-bs: set although its condition fails (allowed: only when --disable-cuda-graph=False)" in errors
+    assert "s.yaml: baseline.NCCL_MIN_NCHANNELS: missing: the param applies here (allowed: null (flag omitted), 4, 8)" in errors
+
+
+def test_condition_cycle_and_duplicate_dest() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["params"]["--max-running-requests"]["when"] = {"--cuda-graph-max-bs": 16}
+    data["params"]["--cuda-graph-max-bs"]["when"] = {"--max-running-requests": 64}
+    data["params"]["--tp-size"] = {"type": "int", "low": 1, "high": 8}   # fixed by launch.tp already
+    del data["baseline"]
+    errors, _ = _lines(data)
+    assert any("when: conditions form a cycle" in e for e in errors)
+    assert any(e.startswith("s.yaml: params.--tp-size: --tp-size sets tensor_parallel_size, already set by launch (--tp-size)") for e in errors)
+
+
+def test_deprecated_flags_warn_with_replacement_on_0_5_23() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["sglang_version"] = "0.5.23"
+    data["params"]["--cuda-graph-max-bs-decode"] = data["params"].pop("--cuda-graph-max-bs")
+    data["baseline"]["--cuda-graph-max-bs-decode"] = data["baseline"].pop("--cuda-graph-max-bs")
+    errors, warnings = _lines(data, "0.5.23")
+    assert errors == []
+    assert warnings == ["s.yaml: params.--disable-cuda-graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; "
+                        "use --cuda-graph-backend-{decode,prefill}=disabled instead"]
+
+
+@pytest.mark.parametrize("name", ["glm5-nvfp4-8gpu.yaml", "demo.yaml"])
+def test_shipped_spaces_pass_on_their_version(name: str) -> None:
+    space = load_space(SPACES / name)
+    report = check_space(space, load(space.sglang_version))
+    assert report.problems == []
+
+
+def test_seed_command_on_the_three_versions() -> None:
+    assert check_command(SEED_COMMAND, load("0.5.9")).problems == []
+
+    old = check_command(SEED_COMMAND, load("0.5.8.post1"))
+    assert [str(p) for p in old.errors][0] == (
+        "<command>: --nsa-decode-backend: 'trtllm' is not a choice of --nsa-decode-backend "
+        "(allowed: flashmla_sparse, flashmla_kv, flashmla_auto, fa3, tilelang, aiter)")
+
+    new = check_command(SEED_COMMAND, load("0.5.23"))
+    errors = [str(p) for p in new.errors]
+    assert errors[0].startswith("<command>: --nsa-decode-backend: unknown flag --nsa-decode-backend in SGLang 0.5.23")
+    assert errors[1].startswith("<command>: --nsa-prefill-backend: unknown flag --nsa-prefill-backend in SGLang 0.5.23")
+    assert len(errors) == 2
+    assert [str(p) for p in new.warnings] == [
+        "<command>: --enable-flashinfer-allreduce-fusion: --enable-flashinfer-allreduce-fusion is deprecated in "
+        "SGLang 0.5.23; use --flashinfer-allreduce-fusion-backend=auto instead",
+        "<command>: --disable-cuda-graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; "
+        "use --cuda-graph-backend-{decode,prefill}=disabled instead",
+    ]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_exit_codes_and_lines() -> None:
+    ok = _cli("space", "check", str(SPACES / "glm5-nvfp4-8gpu.yaml"))
+    assert ok.returncode == 0, ok.stderr
+    assert "valid for SGLang 0.5.9" in ok.stderr
+    bad = _cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.23")
+    assert bad.returncode == 2
+    assert "<command>: --nsa-decode-backend: unknown flag" in bad.stdout
+    assert "warning: <command>: --disable-cuda-graph: --disable-cuda-graph is deprecated" in bad.stdout
+    assert bad.stderr.startswith("error: launch command: 2 error(s) for SGLang 0.5.23 (2 warning(s))")
+    good = _cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.9")
+    assert good.returncode == 0, good.stdout + good.stderr
+
+
+@pytest.mark.sglang
+def test_cli_live_python_builds_the_manifest_from_installed_sglang() -> None:
+    result = _cli("space", "check", str(SPACES / "demo.yaml"), "--python", sys.executable)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "valid for SGLang 0.5.23" in result.stderr
