@@ -1,0 +1,41 @@
+"""`search trial run` as a user runs it: a real subprocess, exit codes, what it prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.trial.conftest import SECRET
+
+
+def _search(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["search", *args], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+
+
+def test_trial_run_prints_timeline_and_levels_and_exits_0(space_file, tmp_path):
+    done = _search("trial", "run", str(space_file), "--emulate", "--trials-dir", str(tmp_path / "trials"),
+                   "--study", "first", "--set", "--max-running-requests=8")
+    assert done.returncode == 0, done.stderr
+    for text in ("startup", "autotune", "cuda_graph", "load test", "output tok/s", "completed: peak"):
+        assert text in done.stdout
+    trial = tmp_path / "trials" / "first" / "0"
+    assert "--max-running-requests 8" in (trial / "command.sh").read_text()
+    assert SECRET not in done.stdout + done.stderr
+
+
+def test_trial_run_crash_exits_1_with_the_one_line_failure(space_file, tmp_path):
+    done = _search("trial", "run", str(space_file), "--emulate", "--trials-dir", str(tmp_path / "trials"),
+                   "--set", "TEST_OUTCOME=kv_cache")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: out of memory at kv_cache: RuntimeError: Not enough memory.")
+    assert (tmp_path / "trials" / "trial-run" / "0" / "result.json").is_file()
+
+
+def test_trial_run_unknown_param_exits_2(space_file, tmp_path):
+    done = _search("trial", "run", str(space_file), "--emulate", "--trials-dir", str(tmp_path),
+                   "--set", "--tp-size=4")
+    assert done.returncode == 2
+    assert "--set --tp-size: not a parameter of the space; use one of --max-running-requests, TEST_OUTCOME" in done.stderr
+    assert not Path(tmp_path / "trial-run").exists()
