@@ -361,8 +361,8 @@ class SSHHost:
             "sh", "-c", _START_SH, "sh", f"{run_dir}/exit-status", run_dir, f"{run_dir}/server.log",
             *env_words(env), *self._launcher(profile),
         ]
+        self.run(["mkdir", "-p", "--", run_dir])
         try:
-            self.run(["mkdir", "-p", "--", run_dir])
             status, out, err = self.execute(argv, stdin=secrets, retry=False, timeout=30)
         except (InfrastructureFault, *_CONNECTION_ERRORS) as exc:
             # Did it start before the connection broke? Leave nothing behind either way.

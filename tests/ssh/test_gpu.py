@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -96,3 +99,13 @@ def test_telemetry_windows_per_level_and_survives_failed_samples() -> None:
         window_two = telemetry.since(second)
     assert window_one is not None and window_one.power_w == 250.0 and window_one.utilization_pct == 50.0
     assert window_two is not None and window_two.power_w == 600.0 and window_two.power_limit_w == 600.0
+
+
+def test_emulator_stand_in_answers_the_same_query(tmp_path: Path) -> None:
+    env = {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(tmp_path), "SEARCH_EMULATOR_GPUS": "3"}
+    out = subprocess.run(gpu.query_argv([sys.executable, "-m", "search.emulator.nvidia_smi"]),
+                         capture_output=True, text=True, env=env, check=True).stdout
+    samples = gpu.parse(out)
+    assert [s.index for s in samples] == [0, 1, 2]
+    assert gpu.busy(samples, [0, 1, 2]) == []  # no ranks alive: free
+    assert all(s.power_limit_w and s.power_w is not None and s.power_w < s.power_limit_w for s in samples)

@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +51,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def emulated(sshd: Sshd, tmp_path: Path) -> SSHHost:
+def emulated(sshd: Sshd, tmp_path: Path) -> Iterator[SSHHost]:
     """The loopback host running the emulator, with its own GPU state dir."""
     config = sshd.host(
         emulate=True,
@@ -199,4 +200,38 @@ def test_a_host_that_stays_down_is_marked_unavailable(live_sshd: Sshd) -> None:
     assert not host.available and host.last_error
     live_sshd.start()
     assert host.run(["echo", "back"]) == "back\n" and host.available
+    host.close()
+
+
+# A stand-in server: logs its argv and secret, leaves a result file in its working directory.
+_ECHO_SERVER = """
+import json, os, sys, time
+print(json.dumps([sys.argv[1:], os.environ["SEARCH_TEST_SECRET"], os.environ["PLAIN"]]), flush=True)
+open("result.json", "w").write("{}")
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_profile_values_and_secrets_reach_the_server_literally(sshd: Sshd, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "s3cr3t $(touch PWNED) 'x'"
+    monkeypatch.setenv("SEARCH_TEST_SECRET", secret)
+    host = SSHHost(sshd.host())
+    profile = Profile(args=HOSTILE[:-1], port=_free_port(), env={"PLAIN": "a;b"}, secret_env=["SEARCH_TEST_SECRET"],
+                      launcher=["python3", "-c", _ECHO_SERVER])
+    handle = host.start(profile, marker="trial-5", log_path=tmp_path / "trial" / "server.log")
+    try:
+        lines = _follow_until(handle, "written")
+        assert json.loads(lines[0]) == [HOSTILE[:-1], secret, "a;b"]
+        wrapper = Path(f"/proc/{handle.pgid}/cmdline").read_bytes()
+        assert b"s3cr3t" not in wrapper and b"PLAIN=a;b" in wrapper  # secrets never on a command line
+    finally:
+        handle.stop(grace=2)
+    assert handle.returncode() == -15
+    assert json.loads((tmp_path / "trial" / "result.json").read_text()) == {}  # results copied back
+    assert (tmp_path / "trial" / "exit-status").read_text() == "143\n"
+    assert not list(tmp_path.rglob("PWNED")) and not list(Path.home().glob("PWNED"))
+    with pytest.raises(BadInput, match="secret NOT_SET_ANYWHERE named by the space is not set here"):
+        host.start(Profile(args=[], port=1, secret_env=["NOT_SET_ANYWHERE"]), marker="trial-6", log_path=tmp_path / "x")
     host.close()
