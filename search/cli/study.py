@@ -1,7 +1,128 @@
-"""`search study ...` commands."""
+"""`search study run | list | show | export`: the overnight search and the views on it."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
 
-app = typer.Typer(help="study commands.", no_args_is_help=True)
+app = typer.Typer(help="Run a configuration search and look at its results.", no_args_is_help=True)
+
+_STORAGE = typer.Option("sqlite:///studies.db", "--storage", help="Optuna storage URL (SQLite or PostgreSQL).")
+
+
+@app.command("run")
+def run(
+    space_path: Path = typer.Argument(..., metavar="SPACE", help="Space file (spaces/X.yaml)."),
+    study: str = typer.Option(..., "--study", help="Study name; running the same name again resumes it."),
+    n_trials: int = typer.Option(40, "--n-trials", min=1, help="Measured trials the study should hold."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", help="Wall-clock budget for this run, e.g. 8h, 90m."),
+    storage: str = _STORAGE,
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | random | grid."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
+    emulate: bool = typer.Option(False, "--emulate", help="Run every trial on the local SGLang emulator."),
+    start_from: list[str] = typer.Option([], "--start-from", metavar="COMMAND",
+                                         help="Your own launch command: parsed into a config and tried early."),
+    from_study: list[str] = typer.Option([], "--from-study", metavar="NAME",
+                                         help="Try another study's best configs early."),
+    hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on a remote host."),
+    host_name: Optional[str] = typer.Option(None, "--host", help="Which host of --hosts (default: the first)."),
+    remeasure: int = typer.Option(2, "--remeasure", min=0, help="Repeats for each of the top 3 configs at the end."),
+    trials_dir: Path = typer.Option(Path("trials"), "--trials-dir", help="Where trial artifacts are written."),
+) -> None:
+    """Search SPACE: the baseline first, then the strategy's sweep and sampler; prune early, retry
+    host faults, re-measure the top 3 at the end. Ctrl-C stops cleanly; run again to continue."""
+    from search.errors import BadInput
+    from search.loadtest.spec import parse_duration
+    from search.progress import StudyProgress
+    from search.space import load_space
+    from search.strategy import SAMPLERS
+    from search.study import Interrupted, StudyRun, known_configs, load
+
+    if sampler not in SAMPLERS:
+        raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
+    space = load_space(space_path)
+    known = known_configs(space, start_from, [load(name, storage) for name in from_study])
+    if space.baseline is None:
+        if not known:
+            raise BadInput(f"{space_path}: no baseline; add `baseline:` to the space or pass --start-from "
+                           "with your current launch command")
+        space = space.model_copy(update={"baseline": known.pop(0)})
+    host, hosts = _hosts(emulate, hosts_file, host_name)
+    driver = StudyRun(space=space, name=study, host=host, storage=storage, sampler=sampler, seed=seed,
+                      n_trials=n_trials, timeout_s=parse_duration(timeout, "--timeout") if timeout else None,
+                      known=known, remeasure=remeasure, trials_dir=trials_dir, hosts=hosts)
+    try:
+        with StudyProgress(driver):
+            driver.run()
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        raise typer.Exit(130) from None
+    print(f"study {study} done; see `search study show {study}` and `search study export {study} --format shell`")
+
+
+def _hosts(emulate: bool, hosts_file: Path | None, name: str | None):  # type: ignore[no-untyped-def]
+    """The host trials run on, and every host by name (a dead run's trials are cleaned up where they ran)."""
+    from search.errors import BadInput
+    from search.hosts import LocalHost
+
+    if hosts_file is None:
+        if name is not None:
+            raise BadInput("--host needs --hosts FILE")
+        local = LocalHost(emulate=emulate)
+        return local, {local.name: local}
+    if emulate:
+        raise BadInput("--emulate runs trials locally; leave out --hosts (or set emulate: true on the host)")
+    from search.hosts.config import load_hosts
+    from search.hosts.ssh import SSHHost
+
+    config = load_hosts(hosts_file)
+    chosen = config.get(name) if name else config.hosts[0]
+    host = SSHHost(chosen)
+    return host, {host.name: host}
+
+
+@app.command("list")
+def list_studies(storage: str = _STORAGE) -> None:
+    """Every study in the storage: trials, best value, when it started."""
+    import optuna
+
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
+    if not summaries:
+        print(f"no studies in {storage}; start one with `search study run SPACE --study NAME`")
+        return
+    for s in summaries:
+        best = f"best {s.best_trial.value:,.0f} tok/s (trial {s.best_trial.number})" if s.best_trial else "no result yet"
+        began = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"
+        print(f"{s.study_name}\t{s.n_trials} trials\t{best}\tstarted {began}")
+
+
+@app.command("show")
+def show(
+    name: str = typer.Argument(..., metavar="NAME"),
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="Only the N best trials."),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json."),
+    storage: str = _STORAGE,
+) -> None:
+    """The ranked trials, counts by outcome, gain over the baseline, GPU time, importances."""
+    from search.results import render
+    from search.study import load
+
+    sys.stdout.write(render(load(name, storage), fmt, top))
+
+
+@app.command("export")
+def export(
+    name: str = typer.Argument(..., metavar="NAME"),
+    fmt: str = typer.Option(..., "--format", help="shell | sglang-config | json."),
+    trial: Optional[int] = typer.Option(None, "--trial", help="This trial instead of the best (re-measured) one."),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", help="File to write (default: profiles/...)."),
+    storage: str = _STORAGE,
+) -> None:
+    """Write the launch profile of the best trial (or --trial N)."""
+    from search.export import export as write
+    from search.study import load
+
+    print(write(load(name, storage), fmt, number=trial, out=out))

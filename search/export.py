@@ -1,0 +1,45 @@
+"""Take a trial home: its launch profile as a shell script, an SGLang ``--config`` YAML or JSON.
+
+The default trial is the top of `search.results.ranked` (re-measured mean first). The profile is
+rendered from the space stored on the study and the trial's parameters, so it needs neither the
+space file nor the trial's artifacts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+
+from search import results
+from search.errors import BadInput
+from search.profile import LaunchProfile, render, to_json, to_sglang_config, to_shell
+from search.study import space_of
+
+FORMATS = {"shell": ("sh", to_shell), "sglang-config": ("yaml", to_sglang_config), "json": ("json", to_json)}
+DEFAULT_DIR = Path("profiles")
+
+
+def profile(study: optuna.Study, number: int | None = None) -> tuple[int, LaunchProfile]:
+    """The trial (given, or the best) and its launch profile."""
+    chosen = results.best(study) if number is None else results.trial(study, number)
+    if not chosen.params and chosen.state != optuna.trial.TrialState.COMPLETE:
+        raise BadInput(f"trial {chosen.number} of {study.study_name!r} has no parameters recorded; pick another --trial")
+    return chosen.number, render(space_of(study), dict(chosen.params))
+
+
+def export(study: optuna.Study, fmt: str, *, number: int | None = None, out: Path | None = None) -> Path:
+    """Write the profile in ``fmt``; the default file is ``profiles/<study>-trial<N>.<ext>``."""
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    ext, write = FORMATS[fmt]
+    chosen, prof = profile(study, number)
+    if out is None:
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", study.study_name)
+        out = DEFAULT_DIR / f"{safe}-trial{chosen}.{ext}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(write(prof), encoding="utf-8")
+    if fmt == "shell":
+        out.chmod(0o755)
+    return out
