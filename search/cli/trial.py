@@ -99,3 +99,18 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
     if result.teardown:
         console.print(f"[yellow]teardown: {result.teardown}[/yellow]")
     console.print(f"artifacts: {result.artifacts}")
+
+
+@app.command("show")
+def show(
+    study: str = typer.Argument(..., metavar="NAME", help="Study name."),
+    number: int = typer.Argument(..., metavar="N", help="Trial number."),
+    storage: str = typer.Option("sqlite:///studies.db", "--storage", help="Optuna storage URL."),
+) -> None:
+    """One trial of a study: phase timeline, failure line with its log context, levels, artifacts."""
+    import sys
+
+    from search.results import trial_text
+    from search.study import load
+
+    sys.stdout.write(trial_text(load(study, storage), number))
