@@ -91,6 +91,8 @@ def bench(
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif result.levels:
-        Console().print(_table(result))
+        out = Console()
+        # Piped output would be cut to 80 columns: give the table room instead.
+        (out if out.is_terminal else Console(width=200)).print(_table(result))
     if result.aborted:
         raise RunFailed(f"load test aborted at concurrency {result.aborted_at}: {result.aborted}")
