@@ -32,8 +32,18 @@ _AUTOTUNE_0_5_23 = _AUTOTUNE_0_5_9 | {"flashinfer_trtllm_routed", "flashinfer_cu
 
 
 def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
-    """Every dest of the version's parser; argparse itself prints usage/errors and exits 2."""
-    return vars(manifests.load(version).parser().parse_args(argv))
+    """Every dest of the version's parser; argparse itself prints usage/errors and exits 2.
+
+    A `--config FILE.yaml` is inlined first, as SGLang's `prepare_server_args` does; a bad file
+    fails as SGLang's ValueError does (exit 1).
+    """
+    manifest = manifests.load(version)
+    try:
+        argv = manifest.expand_config(argv)
+    except manifests.ManifestError as exc:
+        print(f"ValueError: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+    return vars(manifest.parser().parse_args(argv))
 
 
 def tp_size(flags: dict[str, Any]) -> int:

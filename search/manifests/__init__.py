@@ -19,6 +19,8 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import yaml
+
 from search.errors import BadInput
 from search.manifests.converters import converter
 
@@ -116,11 +118,65 @@ class Manifest:
     def _raising_parser(self) -> _Parser:
         return self._build(raising=True)
 
+    def expand_config(self, argv: Sequence[str]) -> list[str]:
+        """Inline a `--config FILE.yaml` as SGLang's ConfigArgumentMerger does (CLI > file > defaults).
+
+        Each top-level key becomes `--KEY` verbatim; store_true flags are added for `true` and
+        omitted for `false`, other booleans pass as `true`/`false`; lists expand to `--key a b`;
+        mappings pass as JSON. Raises ManifestError with SGLang's wording for a bad file.
+        """
+        argv = list(argv)
+        at = [i for i, a in enumerate(argv) if a == "--config"]
+        if not at:
+            return argv
+        if len(at) > 1:
+            raise ManifestError("Multiple config files specified! Only one allowed.")
+        if at[0] == len(argv) - 1:
+            raise ManifestError("No config file specified after --config flag!")
+        path = Path(argv[at[0] + 1])
+        if path.suffix.lower() not in (".yaml", ".yml"):
+            raise ManifestError(f"Config file must be YAML format, got: {path.suffix}")
+        if not path.exists():
+            raise ManifestError(f"Config file not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ManifestError("Config file must contain a dictionary at root level")
+        def keys(f: Flag) -> set[str]:
+            return {f.dest} | {o[2:].replace("-", "_") for o in f.options if o.startswith("--")}
+
+        # The merger handles store and store_true actions; from 0.5.23 on also any single-value one.
+        single_value_ok = _version_key(self.version) >= _version_key("0.5.23")
+        supported = [
+            f for f in self.flags
+            if f.kind in ("store", "store_true") or (single_value_ok and f.nargs is None and f.takes_value)
+        ]
+        supported_keys = {k for f in supported for k in keys(f)}
+        unsupported = {k: f for f in self.flags if f not in supported and f.dest != "config" for k in keys(f)}
+        store_true = {k for f in self.flags if f.kind == "store_true" for k in keys(f)}
+        merged: list[str] = []
+        for key, value in data.items():
+            norm = key.replace("-", "_")
+            if norm in unsupported and norm not in supported_keys:
+                action = _ACTION_CLASS.get(unsupported[norm].kind, unsupported[norm].kind)
+                raise ManifestError(f"Unsupported config option '{norm}' with action '{action}'")
+            if isinstance(value, bool):
+                if norm in store_true:
+                    merged += [f"--{key}"] if value else []
+                else:
+                    merged += [f"--{key}", str(value).lower()]
+            elif isinstance(value, list):
+                merged += [f"--{key}", *map(str, value)] if value else []
+            elif isinstance(value, dict):
+                merged += [f"--{key}", json.dumps(value)]
+            else:
+                merged += [f"--{key}", str(value)]
+        return merged + argv[: at[0]] + argv[at[0] + 2 :]
+
     def parse(self, argv: Sequence[str]) -> ParseResult:
-        """Parse `launch_server` arguments; ManifestError carries argparse's message."""
+        """Parse `launch_server` arguments (a `--config` file inlined first); ManifestError carries argparse's message."""
         parser = self._raising_parser
         parser.warnings = []
-        namespace = parser.parse_args(list(argv))
+        namespace = parser.parse_args(self.expand_config(argv))
         return ParseResult(values=vars(namespace), warnings=list(parser.warnings))
 
     def _build(self, *, raising: bool) -> _Parser:
@@ -128,6 +184,20 @@ class Manifest:
         for f in self.flags:
             _add(parser, f, converter(f.type, self.converters))
         return parser
+
+
+# SGLang's error for a config key names the argparse action class behind the flag's kind.
+_ACTION_CLASS = {
+    "deprecated_store_true": "DeprecatedStoreTrueAction", "deprecated_store_const": "DeprecatedStoreConstAction",
+    "deprecated": "DeprecatedAction", "boolean_optional": "BooleanOptionalAction", "lora_path": "LoRAPathAction",
+    "store_false": "_StoreFalseAction", "store_const": "_StoreConstAction", "count": "_CountAction",
+    "append": "_AppendAction", "append_const": "_AppendConstAction", "extend": "_ExtendAction",
+}
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """`0.5.8.post1` -> (0, 5, 8): enough to order SGLang releases."""
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
 
 
 class _Parser(argparse.ArgumentParser):
