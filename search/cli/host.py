@@ -9,7 +9,7 @@ import typer
 from search import gpu, manifests
 from search.errors import RunFailed
 from search.hosts.base import GpuSample
-from search.hosts.config import load_hosts
+from search.hosts.config import HostConfig, load_hosts
 from search.hosts.ssh import SSHHost
 
 app = typer.Typer(help="Remote GPU hosts (hosts.yaml): check one before running a study there.", no_args_is_help=True)
@@ -37,6 +37,11 @@ def check(
         samples = host.gpu_samples()
     finally:
         host.close()
+    report_gpus(config, samples)
+
+
+def report_gpus(config: HostConfig, samples: list[GpuSample] | None) -> None:
+    """Print the GPU table and verdict; RunFailed when a GPU the host should use is busy or missing."""
     if samples is None:
         typer.echo(f"GPUs: unknown ({config.nvidia_smi[0]} not found there; set nvidia_smi in the hosts file)")
         return
@@ -44,7 +49,7 @@ def check(
     wanted = config.gpus if config.gpus is not None else [s.index for s in samples]
     reasons = gpu.busy(samples, wanted)
     if reasons:
-        raise RunFailed(f"host {name}: GPUs not free: {'; '.join(reasons)}")
+        raise RunFailed(f"host {config.name}: GPUs not free: {'; '.join(reasons)}")
     typer.echo(f"GPUs {','.join(map(str, wanted))}: free")
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import yaml
 
+from search import gpu
+from search.cli import main
+from search.cli.host import report_gpus
+from search.errors import RunFailed
 from search.hosts.ssh import SSHHost
 
 if TYPE_CHECKING:
@@ -22,39 +26,51 @@ def _replay(fixture: str) -> list[str]:
     return ["sh", "-c", 'cat "$0"', str(FIXTURES / fixture)]
 
 
-def _check(sshd: Sshd, tmp_path: Path, *extra: str, **fields: object) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _check(sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str, **fields: object) -> Result:
+    """Run the CLI entry point in-process (the remote side is still a real sshd and Python)."""
     entry = sshd.host(**fields).model_dump(mode="json", exclude_defaults=True)
     (tmp_path / "hosts.yaml").write_text(yaml.safe_dump({"hosts": [entry]}))
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; from search.cli import main; main(sys.argv[1:])", "host", "check", "loop", "--hosts", str(tmp_path / "hosts.yaml"), *extra],
-        capture_output=True, text=True, timeout=120,
-    )
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["host", "check", "loop", "--hosts", str(tmp_path / "hosts.yaml"), *extra])
+    out, err = capsys.readouterr()
+    return Result(int(exited.value.code or 0), out, err)
 
 
-def test_check_reports_version_and_real_gpu_output(sshd: Sshd, tmp_path: Path) -> None:
-    result = _check(sshd, tmp_path, nvidia_smi=_replay("h200-idle.csv"), gpus=[0])
+def test_check_refuses_an_unknown_key_then_reports_version_and_real_gpu_output(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    known = tmp_path / "known_hosts"
+    idle = _replay("h200-idle.csv")
+    refused = _check(sshd, tmp_path, capsys, known_hosts=known, nvidia_smi=idle)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "unknown host key" in refused.stderr
+    assert not known.exists()
+    result = _check(sshd, tmp_path, capsys, "--accept-new-host-key", known_hosts=known, nvidia_smi=idle, gpus=[0])
     assert result.returncode == 0, result.stderr
+    assert known.read_text() == sshd.host_key_line + "\n"
     out = result.stdout
     assert f"host loop (root@127.0.0.1:{sshd.port}): connected" in out
-    assert "SGLang 0.5.23 (" in out and " flags" in out
+    assert "SGLang 0.5.23 (" in out and " flags" in out  # built live by the remote Python
     assert "143771 MiB" in out and "700 W" in out and "81 W" in out
     assert out.rstrip().endswith("GPUs 0: free")
 
 
-def test_unknown_host_key_needs_the_flag_and_busy_gpus_fail_the_check(sshd: Sshd, tmp_path: Path) -> None:
-    known = tmp_path / "known_hosts"
-    busy = _replay("h200-matmul.csv")  # eight rounds of one GPU under load
-    refused = _check(sshd, tmp_path, known_hosts=known, nvidia_smi=busy)
-    assert refused.returncode == 2
-    assert refused.stderr.count("\n") == 1 and "unknown host key" in refused.stderr
-    accepted = _check(sshd, tmp_path, "--accept-new-host-key", known_hosts=known, nvidia_smi=busy, gpus=[0])
-    assert known.read_text() == sshd.host_key_line + "\n"
-    assert accepted.returncode == 1
-    assert accepted.stderr == "error: host loop: GPUs not free: GPU 0: 1139 MiB used\n"
-    assert "100 %" in accepted.stdout and "SGLang 0.5.23" in accepted.stdout
-
-
-def test_missing_nvidia_smi_is_reported_not_fatal(sshd: Sshd) -> None:
+def test_busy_or_unknown_gpus(sshd: Sshd, capsys: pytest.CaptureFixture[str]) -> None:
+    config = sshd.host(gpus=[0, 1])
+    loaded = gpu.parse((FIXTURES / "h200-matmul.csv").read_text().splitlines()[-1])
+    with pytest.raises(RunFailed, match=r"host loop: GPUs not free: GPU 0: 1139 MiB used; GPU 1: not reported"):
+        report_gpus(config, loaded)
+    assert "100 %" in capsys.readouterr().out
+    report_gpus(config, None)
+    assert "GPUs: unknown (nvidia-smi not found there" in capsys.readouterr().out
     host = SSHHost(sshd.host(nvidia_smi="no-such-nvidia-smi"))
-    assert host.gpu_samples() is None
+    assert host.gpu_samples() is None  # exit status 127 there: unknown, not an error
     host.close()
