@@ -59,7 +59,7 @@ def run(
             driver.run()
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
-        raise typer.Exit(130) from None
+        sys.exit(130)  # the shell's convention for SIGINT
     print(f"study {study} done; see `search study show {study}` and `search study export {study} --format shell`")
 
 

@@ -1,8 +1,8 @@
 """Whole studies on the real emulator: a tiny space and landscape where every outcome shows.
 
-Landscape: the request cap (8 vs SGLang's automatic) decides throughput, ``triton`` crashes at
+Landscape: the request cap (1 vs SGLang's automatic) decides throughput, ``triton`` crashes at
 autotune, ``cutlass`` runs at 30% (below the target at the first level). From the baseline
-(cap 2, flashinfer_cutlass) the strategy's sweep tries the cap first (a clear win), then the
+(cap 1, flashinfer_cutlass) the strategy's sweep tries the cap first (a clear win), then the
 backends: four trials show a win, a crash at its phase and a prune after the first level.
 """
 
@@ -26,7 +26,7 @@ def startup(flags, env):
 
 def throughput(flags, env, running):
     factor = 0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0
-    return factor * 400.0 * running ** 0.5
+    return factor * 200.0 * running ** 0.5
 
 def phase_seconds(flags, env):
     return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
@@ -53,12 +53,12 @@ def write_space(root: Path, time_scale: str = "0.004") -> Path:
             "secret_env": [],
         },
         "params": {
-            "--max-running-requests": {"type": "categorical", "choices": [2, None]},
+            "--max-running-requests": {"type": "categorical", "choices": [1, None]},
             "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton", "cutlass"]},
         },
-        "baseline": {"--max-running-requests": 2, "--moe-runner-backend": "flashinfer_cutlass"},
-        "load_test": {"input_len": 32, "output_len": 16, "concurrency": [4, 16], "duration_s": 1.0, "warmup_s": 0.2},
-        "targets": {4: 300},
+        "baseline": {"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass"},
+        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.0, "warmup_s": 0.2},
+        "targets": {4: 150},
         "timeouts": {phase: 30 for phase in ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")},
     }
     path = root / "space.yaml"

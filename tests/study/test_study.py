@@ -53,7 +53,7 @@ def test_finds_a_config_better_than_the_baseline(finished: tuple[Path, optuna.St
     assert base.user_attrs["strategy"] == "baseline" and base.state == TrialState.COMPLETE
     win = _by(study, **{"--max-running-requests": None, "--moe-runner-backend": "flashinfer_cutlass"})
     assert win.state == TrialState.COMPLETE
-    assert win.value > 1.4 * base.value  # 16 running vs a cap of 2: about 2.8x at the top level
+    assert win.value > 1.5 * base.value  # 16 running vs a cap of 1: about 4x at the top level
     assert win.user_attrs["peak_concurrency"] == 16
     assert [lv["max_concurrency"] for lv in win.user_attrs["levels"]] == [4, 16]
     assert win.constraints == {"crashed": 0.0, "slo": 0.0, "correctness": 0.0}
@@ -83,7 +83,7 @@ def test_top_configs_are_remeasured_and_rank_first(finished: tuple[Path, optuna.
     _, study = finished
     again = remeasured(study)
     win = _by(study, **{"--max-running-requests": None, "--moe-runner-backend": "flashinfer_cutlass"})
-    assert len(again[win.number]) == 1 and again[win.number][0] > 1.4 * study.trials[0].value
+    assert len(again[win.number]) == 1 and again[win.number][0] > study.trials[0].value
     from search.results import best
 
     assert best(study).number == win.number
@@ -104,7 +104,7 @@ def test_show_formats(finished: tuple[Path, optuna.Study]) -> None:
     assert len(lines) == 3 and lines[1].split(",")[1] == str(best_number(study))
     data = json.loads(runner.invoke(app, ["study", "show", "s1", "--format", "json"]).output)
     assert data["counts"]["completed"] == 2 and data["counts"]["crashed"] == 1 and data["counts"]["pruned"] == 1
-    assert data["gain"]["gain"] > 0.4
+    assert data["gain"]["gain"] > 0.3
     assert data["gpu_time"]["saved_s"] > 0
     missing = runner.invoke(app, ["study", "show", "nope"])
     assert missing.exit_code != 0 and "s1" in str(missing.exception)
@@ -158,7 +158,7 @@ def test_exported_shell_profile_starts_the_emulator(finished: tuple[Path, optuna
         proc.wait(30)
     config = CliRunner().invoke(app, ["study", "export", "s1", "--trial", "0", "--format", "sglang-config",
                                       "-o", str(root / "base.yaml")])
-    assert config.exit_code == 0 and "max-running-requests: 2" in (root / "base.yaml").read_text()
+    assert config.exit_code == 0 and "max-running-requests: 1" in (root / "base.yaml").read_text()
 
 
 def test_study_list(finished: tuple[Path, optuna.Study]) -> None:

@@ -1,0 +1,127 @@
+"""Overnight safety: kill -9 of the driver and resume, Ctrl-C, infrastructure faults retried and bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search import trial as trial_module
+from search.errors import RunFailed
+from search.hosts import LocalHost
+from search.space import load_space
+from search.study import Listener, StudyRun
+from tests.study.conftest import marker_pids, write_space
+
+STORAGE = "sqlite:///studies.db"
+
+
+def _driver(workdir: Path, space: Path, study: str, n_trials: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study, "--n-trials", str(n_trials),
+         "--emulate", "--remeasure", "0", "--seed", "0"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+
+
+def _running_server(study: str, timeout: float = 60.0) -> tuple[int, str]:
+    """Wait until the study's driver has a server up (a live process carrying the trial marker)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            trials = optuna.load_study(study_name=study, storage=STORAGE).get_trials(states=(TrialState.RUNNING,))
+        except KeyError:
+            trials = []
+        for t in trials:
+            marker = t.user_attrs.get("marker")
+            if marker and marker_pids(marker):
+                return t.number, marker
+        time.sleep(0.1)
+    raise AssertionError("no trial server came up")
+
+
+def test_sigkill_of_the_driver_then_resume_loses_nothing(workdir: Path) -> None:
+    space = write_space(workdir, time_scale="0.02")  # a 3.4 s startup: time to kill it mid-trial
+    first = _driver(workdir, space, "k", n_trials=2)
+    number, marker = _running_server("k")
+    first.kill()
+    first.wait(30)
+    assert marker_pids(marker), "the dead driver's server should still be running (its own session)"
+
+    second = _driver(workdir, space, "k", n_trials=2)
+    out, _ = second.communicate(timeout=240)
+    assert second.returncode == 0, out
+    assert "left RUNNING by a dead run" in out
+    assert not marker_pids(marker)
+    study = optuna.load_study(study_name="k", storage=STORAGE)
+    dead = study.trials[number]
+    assert dead.state == TrialState.FAIL and dead.user_attrs["failure"]["kind"] == "driver_killed"
+    retry = next(t for t in study.trials if t.user_attrs.get("retry_of") == number)
+    assert retry.params == dead.params and retry.state == TrialState.COMPLETE
+    measured = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(measured) == 2 and not [t for t in study.trials if t.state == TrialState.RUNNING]
+
+
+def test_ctrl_c_tears_down_and_records_the_trial(workdir: Path) -> None:
+    space = write_space(workdir, time_scale="0.02")
+    driver = _driver(workdir, space, "c", n_trials=3)
+    number, marker = _running_server("c")
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=60)
+    assert driver.returncode == 130, out
+    assert "interrupted" in out and "Traceback" not in out
+    assert not marker_pids(marker)
+    t = optuna.load_study(study_name="c", storage=STORAGE).trials[number]
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"]["kind"] == "interrupted"
+    waiting = optuna.load_study(study_name="c", storage=STORAGE).get_trials(states=(TrialState.WAITING,))
+    assert [w.system_attrs["fixed_params"] for w in waiting] == [t.params]  # the next run measures it
+
+
+def _hold_port(port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+def test_infrastructure_fault_is_retried_not_blamed(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trial_module, "CLEAN_TIMEOUT_S", 0.5)
+    space = load_space(write_space(workdir))
+    holder = _hold_port(space.launch.port)
+    notes: list[str] = []
+
+    def note(text: str) -> None:  # the first fault frees the port, as an operator would
+        notes.append(text)
+        holder.close()
+
+    run = StudyRun(space=space, name="i", host=LocalHost(emulate=True), storage=STORAGE, n_trials=1, remeasure=0,
+                   listener=Listener(note=note))
+    study = run.run()
+    first, second = study.trials[0], study.trials[1]
+    assert first.state == TrialState.FAIL and first.user_attrs["outcome"] == "infrastructure"
+    assert f"port {space.launch.port}" in first.user_attrs["failure"]["message"]
+    assert "infrastructure fault, will retry" in notes[0]
+    assert second.user_attrs["retry_of"] == 0 and second.params == first.params
+    assert second.state == TrialState.COMPLETE and second.constraints["crashed"] == 0
+
+
+def test_endless_infrastructure_faults_stop_the_study(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trial_module, "CLEAN_TIMEOUT_S", 0.2)
+    space = load_space(write_space(workdir))
+    holder = _hold_port(space.launch.port)
+    try:
+        run = StudyRun(space=space, name="j", host=LocalHost(emulate=True), storage=STORAGE, n_trials=1, remeasure=0)
+        with pytest.raises(RunFailed, match="3 infrastructure faults in a row.*port"):
+            run.run()
+    finally:
+        holder.close()
+    study = optuna.load_study(study_name="j", storage=STORAGE)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 3 + [TrialState.WAITING]
