@@ -29,6 +29,21 @@ MINIMAL = {
 
 
 @pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """Run `search ARGS...` in-process: (exit code, stdout, stderr)."""
+    from search.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as info:
+            main(list(args))
+        out = capsys.readouterr()
+        return int(info.value.code or 0), out.out, out.err
+
+    return run
+
+
+@pytest.fixture
 def write_space(tmp_path: Path) -> Callable[[dict], Path]:
     def write(data: dict) -> Path:
         path = tmp_path / "space.yaml"

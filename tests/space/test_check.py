@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import subprocess
 import sys
 
 import pytest
@@ -123,25 +122,23 @@ def test_seed_command_on_the_three_versions() -> None:
     ]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_cli_exit_codes_and_lines() -> None:
-    ok = _cli("space", "check", str(SPACES / "glm5-nvfp4-8gpu.yaml"))
-    assert ok.returncode == 0, ok.stderr
-    assert "valid for SGLang 0.5.9" in ok.stderr
-    bad = _cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.23")
-    assert bad.returncode == 2
-    assert "<command>: --nsa-decode-backend: unknown flag" in bad.stdout
-    assert "warning: <command>: --disable-cuda-graph: --disable-cuda-graph is deprecated" in bad.stdout
-    assert bad.stderr.startswith("error: launch command: 2 error(s) for SGLang 0.5.23 (2 warning(s))")
-    good = _cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.9")
-    assert good.returncode == 0, good.stdout + good.stderr
+def test_cli_exit_codes_and_lines(cli, write_space) -> None:
+    code, _, err = cli("space", "check", str(SPACES / "glm5-nvfp4-8gpu.yaml"))
+    assert code == 0 and "valid for SGLang 0.5.9" in err
+    code, out, err = cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.23")
+    assert code == 2
+    assert "<command>: --nsa-decode-backend: unknown flag" in out
+    assert "warning: <command>: --disable-cuda-graph: --disable-cuda-graph is deprecated" in out
+    assert err.startswith("error: launch command: 2 error(s) for SGLang 0.5.23 (2 warning(s))")
+    assert cli("space", "check", "--command", SEED_COMMAND, "--sglang-version", "0.5.9")[0] == 0
+    broken = write_space({"sglang_version": "0.5.9", "launch": {"model": "m", "tp": 0}})
+    code, out, err = cli("space", "check", str(broken))
+    assert code == 2 and out == f"{broken}: launch.tp: Input should be greater than 0\n"
+    assert cli("space", "check")[0] == 2  # neither a space nor --command
 
 
 @pytest.mark.sglang
-def test_cli_live_python_builds_the_manifest_from_installed_sglang() -> None:
-    result = _cli("space", "check", str(SPACES / "demo.yaml"), "--python", sys.executable)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "valid for SGLang 0.5.23" in result.stderr
+def test_cli_live_python_builds_the_manifest_from_installed_sglang(cli) -> None:
+    code, out, err = cli("space", "check", str(SPACES / "demo.yaml"), "--python", sys.executable)
+    assert code == 0, out + err
+    assert "valid for SGLang 0.5.23" in err

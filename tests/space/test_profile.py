@@ -140,14 +140,12 @@ def test_config_from_command_reports_parser_errors() -> None:
         config_from_command(space, "python -m sglang.launch_server --model m --tp eight")
 
 
-def test_render_cli_writes_profile(tmp_path) -> None:
+def test_render_cli_writes_profile(cli, tmp_path) -> None:
     out = tmp_path / "p.json"
-    result = subprocess.run(
-        ["bash", "-c", f"search space render {SPACES / 'demo.yaml'} --baseline --set --max-running-requests=null "
-                       f"--format json -o {out}"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    code, _, err = cli("space", "render", str(SPACES / "demo.yaml"), "--baseline",
+                       "--set", "--max-running-requests=null", "--format", "json", "-o", str(out))
+    assert code == 0, err
     profile = json.loads(out.read_text())
     assert "--max-running-requests" not in profile["args"] and "--disable-flashinfer-autotune" in profile["args"]
-    bad = subprocess.run(["bash", "-c", f"search space render {SPACES / 'demo.yaml'} --set --mem-fraction-static=2"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "--set.--mem-fraction-static: 2 is outside the param" in bad.stderr
+    code, _, err = cli("space", "render", str(SPACES / "demo.yaml"), "--set", "--mem-fraction-static=2")
+    assert code == 2 and "--set.--mem-fraction-static: 2 is outside the param" in err
