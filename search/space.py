@@ -28,6 +28,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -203,9 +204,14 @@ class LoadTest(_Model):
             raise ValueError("give duration_s or requests per level, not both")
         if self.duration_s is None and self.requests is None:
             object.__setattr__(self, "duration_s", 120.0)
-        if sorted(set(self.concurrency)) != self.concurrency:
-            raise ValueError(f"concurrency must rise strictly, got {self.concurrency}")
         return self
+
+    @field_validator("concurrency")
+    @classmethod
+    def _rising(cls, ladder: list[int]) -> list[int]:
+        if sorted(set(ladder)) != ladder:
+            raise ValueError(f"concurrency must rise strictly, got {ladder}")
+        return ladder
 
 
 class Objective(_Model):
