@@ -79,9 +79,10 @@ def slos_of(space: Space) -> dict[str, float | None]:
 
 
 def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
-    """Every SLO the space sets holds at this level, and it completed requests without errors."""
-    within = all(limit is None or getattr(level, key) <= limit for key, limit in slos.items())
-    return within and level.completed > 0 and not level.errors
+    """Every SLO the space sets holds at this level (an unmeasured value does not), without errors."""
+    values = {key: getattr(level, key) for key in slos}
+    within = all(limit is None or (values[key] is not None and values[key] <= limit) for key, limit in slos.items())
+    return within and not level.errors
 
 
 def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir: Path, marker: str,

@@ -70,6 +70,10 @@ def run(
         raise RunFailed(result.failure.message)
 
 
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _print(result: TrialResult, space: Any, began: float) -> None:
     if result.startup is not None and result.startup.phases:
         timeline = Table(title="startup", title_justify="left")
@@ -85,8 +89,9 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
                        "errors", "SLOs"):
             levels.add_column(column, justify="right")
         for lv in result.levels:
-            levels.add_row(str(lv.max_concurrency), f"{lv.output_throughput:,.0f}", f"{lv.total_throughput:,.0f}",
-                           f"{lv.request_throughput:.2f}", f"{lv.p99_ttft_ms:,.0f}", f"{lv.p99_itl_ms:,.1f}",
+            levels.add_row(str(lv.max_concurrency), _num(lv.output_throughput, ",.0f"),
+                           _num(lv.total_throughput, ",.0f"), _num(lv.request_throughput, ".2f"),
+                           _num(lv.p99_ttft_ms, ",.0f"), _num(lv.p99_itl_ms, ",.1f"),
                            str(sum(lv.errors.values())), "ok" if meets_slos(lv, slos) else "missed")
         console.print(levels)
     if result.objective is not None:
