@@ -53,7 +53,10 @@ _register()
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turn SearchError into a clean exit."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click hands back `typer.Exit(code)` as a return value instead of exiting.
+        result = app(args=argv, standalone_mode=False)
+        if isinstance(result, int) and not isinstance(result, bool):
+            sys.exit(result)
     except SearchError as exc:
         if _debug:
             raise
