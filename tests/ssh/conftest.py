@@ -123,11 +123,11 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "search-test", "-f", str(path)], check=True)
 
 
-@pytest.fixture(scope="session")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+def start_sshd(root: Path) -> Sshd:
+    """Generate keys and config under ``root`` and start sshd on a free loopback port (root only)."""
     if os.geteuid() != 0 or not Path(SSHD).exists():
-        pytest.fail("the SSH tests need root and OpenSSH's sshd (apt-get install -y openssh-server)")
-    root = tmp_path_factory.mktemp("sshd")
+        raise RuntimeError("a test sshd needs root and OpenSSH's sshd (apt-get install -y openssh-server)")
+    root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     _keygen(root / "host_key")
     _keygen(root / "user_key")
@@ -148,7 +148,6 @@ StrictModes no
 Subsystem sftp internal-sftp
 MaxSessions 64
 MaxStartups 64
-ClientAliveInterval 0
 LogLevel ERROR
 """
     )
@@ -157,6 +156,15 @@ LogLevel ERROR
     (root / "known_hosts").write_text(line + "\n")
     server = Sshd(dir=root, port=port, user_key=root / "user_key", known_hosts=root / "known_hosts", host_key_line=line)
     server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    try:
+        server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     try:
         yield server
     finally:

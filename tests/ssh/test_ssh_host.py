@@ -9,7 +9,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,7 @@ from search import gpu
 from search.errors import BadInput, InfrastructureFault
 from search.hosts.base import MARKER_ENV, Host, ServerHandle
 from search.hosts.ssh import SSHHost, command_line
+from search.profile import LaunchProfile
 
 
 if TYPE_CHECKING:
@@ -28,20 +28,11 @@ READY = "The server is fired up and ready to roll!"
 HOSTILE = ["a b", "it's", 'say "hi"', "x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "*", "~", "a\\b", "$HOME", "", "\n"]
 
 
-@dataclass
-class Profile:
-    """The LaunchProfile fields a host reads (search.profile's contract in docs/architecture.md)."""
-
-    args: list[str]
-    port: int
-    env: dict[str, str] = field(default_factory=dict)
-    secret_env: list[str] = field(default_factory=list)
-    launcher: list[str] = field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
-    host: str = "127.0.0.1"
-
-    @property
-    def argv(self) -> list[str]:
-        return [*self.launcher, *self.args]
+def Profile(  # noqa: N802 - reads like the dataclass it builds
+    args: list[str], port: int, env: dict[str, str] | None = None, secret_env: list[str] | None = None,
+            launcher: list[str] | None = None) -> LaunchProfile:
+    return LaunchProfile(launcher=launcher or ["python3", "-m", "sglang.launch_server"], args=args, env=env or {},
+                         secret_env=secret_env or [], host="127.0.0.1", port=port, sglang_version="0.5.23")
 
 
 def _free_port() -> int:
