@@ -356,7 +356,10 @@ class SSHHost:
         env = {**self.config.env, **profile.env, MARKER_ENV: marker}
         if self.config.gpus is not None:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, self.config.gpus)))
-        secrets = "".join(f"{name}={os.environ[name]}\n" for name in profile.secret_env)
+        multiline = [name for name in profile.secret_env if "\n" in os.environ[name]]
+        if multiline:
+            raise BadInput(f"secret {multiline[0]} holds a line break; a remote host takes one-line secrets only")
+        secrets = "".join(f"{name}={os.environ[name]}\n" for name in profile.secret_env)  # sent on stdin
         argv = [
             "sh", "-c", _START_SH, "sh", f"{run_dir}/exit-status", run_dir, f"{run_dir}/server.log",
             *env_words(env), *self._launcher(profile),
