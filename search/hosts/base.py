@@ -8,6 +8,7 @@ the study never know which one they drive. The trial marker (the environment var
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -72,3 +73,19 @@ class Host(Protocol):
     def gpu_samples(self) -> list[GpuSample] | None:
         """The host's GPUs now; None when unknown."""
         ...
+
+
+_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+def server_gpus(args: list[str], env: Mapping[str, str]) -> list[int]:
+    """The GPUs a server uses: ``CUDA_VISIBLE_DEVICES``, else 0..tp-1 (as SGLang and the emulator)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [int(part) for part in visible.split(",") if part.strip().isdigit()]
+    tp = 1
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in _TP_FLAGS:
+            tp = int(value if eq else args[i + 1])
+    return list(range(tp))

@@ -26,7 +26,7 @@ from search import gpu
 from search.emulator import gpu_state
 from search.emulator.config import Settings
 from search.errors import InfrastructureFault
-from search.hosts.base import MARKER_ENV, GpuSample
+from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.logwatch import follow
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ EMULATOR_NVIDIA_SMI = (sys.executable, "-m", "search.emulator.nvidia_smi")
 _POLL_S = 0.02  # how often teardown looks whether the processes are gone
 _KILL_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear before we call it a fault
 _RELEASE_WAIT_S = 5.0  # how long port and GPUs get to be released once every process is gone
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 
 
 # --------------------------------------------------------------------------- /proc
@@ -267,7 +266,7 @@ class LocalHost:
         if inodes:
             found.append(f"port {profile.port} by {describe_pid(_socket_owner(inodes))}")
         env = self._environment(profile)
-        gpus = _gpus(profile.args, env)
+        gpus = server_gpus(profile.args, env)
         if self.emulate:
             state = _emulator_state(env)
             found += [
@@ -314,16 +313,3 @@ class LocalHost:
 
 def _emulator_state(env: Mapping[str, str]) -> Path:
     return Settings.from_env(dict(env)).state_dir
-
-
-def _gpus(args: list[str], env: Mapping[str, str]) -> list[int]:
-    """The GPUs a server uses: ``CUDA_VISIBLE_DEVICES``, else 0..tp-1 (as SGLang and the emulator)."""
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        return [int(part) for part in visible.split(",") if part.strip().isdigit()]
-    tp = 1
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name in _TP_FLAGS:
-            tp = int(value if eq else args[i + 1])
-    return list(range(tp))

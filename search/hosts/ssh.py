@@ -26,9 +26,8 @@ import paramiko
 
 from search import gpu
 from search.errors import BadInput, InfrastructureFault, RunFailed
-from search.hosts.base import MARKER_ENV, GpuSample
+from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.hosts.config import HostConfig
-from search.hosts.local import _gpus as trial_gpus
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
@@ -311,7 +310,7 @@ class SSHHost:
         """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or 0..tp-1."""
         if self.config.gpus is not None and "CUDA_VISIBLE_DEVICES" not in profile.env:
             return list(self.config.gpus)
-        return trial_gpus(profile.args, {**self.config.env, **profile.env})
+        return server_gpus(profile.args, {**self.config.env, **profile.env})
 
     def held(self, profile: LaunchProfile) -> list[str]:
         """What keeps ``profile`` from starting: its port in use, its GPUs holding memory."""
