@@ -1,4 +1,4 @@
-"""`search study run | list | show | export`: the overnight search and the views on it."""
+"""`search study run | list | show | export | report`: the overnight search and the views on it."""
 
 from __future__ import annotations
 
@@ -126,3 +126,20 @@ def export(
     from search.study import load
 
     print(write(load(name, storage), fmt, number=trial, out=out))
+
+
+@app.command("report")
+def report(
+    name: str = typer.Argument(..., metavar="NAME"),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file to write (default: report-NAME.html)."),
+    storage: str = _STORAGE,
+) -> None:
+    """One self-contained HTML page: the winner against the baseline, history, per-level and latency
+    charts, importances, what crashed where, startup phases, GPU power and time. Opens offline."""
+    import re
+
+    from search.report import write
+    from search.study import load
+
+    default = Path(f"report-{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.html")
+    print(write(load(name, storage), out or default, storage))
