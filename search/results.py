@@ -113,8 +113,8 @@ def changed(params: dict[str, Any], baseline: dict[str, Any]) -> str:
 
 def startup_text(phases: dict[str, dict[str, float]]) -> str:
     """Seconds per startup phase: ``load 61 kv 2 graph 20``."""
-    return " ".join(f"{_PHASE_SHORT.get(name, name)} {span['duration']:.0f}" for name, span in phases.items()
-                    if name != "ready")
+    return " ".join(f"{_PHASE_SHORT.get(name, name)} {span['duration']:.{0 if span['duration'] >= 10 else 1}f}"
+                    for name, span in phases.items() if name != "ready")
 
 
 def _level_at(t: FrozenTrial, concurrency: int | None) -> dict[str, Any] | None:
@@ -168,7 +168,7 @@ def table(study: optuna.Study, top: int | None = None) -> pd.DataFrame:
     again = remeasured(study)
     shown = [t for t in ranked(study) if "skipped" not in t.user_attrs]
     rows = [row(t, dict(space.baseline or {}), list(space.load_test.concurrency), again) for t in shown[:top]]
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(rows).convert_dtypes()  # nullable ints: "16", not "16.0", beside missing values
     if not frame.empty:
         frame.insert(0, "rank", range(1, len(frame) + 1))
     return frame

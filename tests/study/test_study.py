@@ -95,7 +95,7 @@ def test_show_formats(finished: tuple[Path, optuna.Study]) -> None:
     os.chdir(root)
     table = runner.invoke(app, ["study", "show", "s1"])
     assert table.exit_code == 0, table.output
-    assert "crashed at autotune (crash" in table.output or "crashed at autotune (autotune_error)" in table.output
+    assert "crashed at autotune" in table.output and "pruned at 4" in table.output
     assert "(baseline)" in table.output and "--max-running-requests=None" in table.output
     assert "gain: trial" in table.output and "saved by pruning" in table.output
     csv = runner.invoke(app, ["study", "show", "s1", "--format", "csv", "--top", "2"])
@@ -105,6 +105,10 @@ def test_show_formats(finished: tuple[Path, optuna.Study]) -> None:
     data = json.loads(runner.invoke(app, ["study", "show", "s1", "--format", "json"]).output)
     assert data["counts"]["completed"] == 2 and data["counts"]["crashed"] == 1 and data["counts"]["pruned"] == 1
     assert data["gain"]["gain"] > 0.3
+    outcomes = {r["trial"]: r["outcome"] for r in data["trials"]}
+    crash = _by(study, **{"--moe-runner-backend": "triton"}).number
+    assert outcomes[crash] == "crashed at autotune (autotune_error)"
+    assert data["trials"][0]["repeats"] == 2 and data["trials"][0]["at_concurrency"] == 16
     assert data["gpu_time"]["saved_s"] > 0
     missing = runner.invoke(app, ["study", "show", "nope"])
     assert missing.exit_code != 0 and "s1" in str(missing.exception)
