@@ -416,7 +416,8 @@ def describe(failure: Event, *, width: int = 200) -> str:
     if len(text) > width:
         keep = width - 5
         text = f"{text[: keep * 2 // 3]} ... {text[-(keep - keep * 2 // 3):]}"
-    return f"{_VERBS.get(failure.name, failure.name)} at {failure.phase}: {text}"
+    where = "while serving" if failure.phase == "ready" else f"at {failure.phase}"
+    return f"{_VERBS.get(failure.name, failure.name)} {where}: {text}"
 
 
 def _plain_message(line: str) -> str:
