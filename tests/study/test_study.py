@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from typer.testing import CliRunner
 from search.cli import app
 from search.hosts import LocalHost
 from search.space import load_space
-from search.study import StudyRun, load, remeasured
+from search.study import StudyRun, remeasured
 from tests.study.conftest import write_space
 
 STORAGE = "sqlite:///studies.db"
