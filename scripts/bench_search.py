@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
+import multiprocessing
 import random
 import statistics
 import sys
@@ -34,7 +36,8 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from search.strategy import SpaceLike, Strategy, configs_of, grid_space  # noqa: E402
+from search.logwatch import LogClassifier  # noqa: E402
+from search.strategy import SpaceLike, Strategy, grid_space  # noqa: E402
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "warmup": 10.0}
@@ -68,11 +71,12 @@ def load_problem(path: Path) -> Problem:
         profile = render(space, config)
         return manifest.parse(profile.args).values, dict(profile.env)
 
-    slos = space.slos
-    itl = getattr(slos, "p99_itl_ms", None) if not isinstance(slos, Mapping) else slos.get("p99_itl_ms")
-    return Problem(space=space, concurrency=list(space.load_test.concurrency),
-                   level_seconds=float(space.load_test.duration), to_flags=to_flags, itl_slo_ms=itl,
-                   timeouts=dict(space.timeouts or {}))
+    load = space.load_test
+    # A level of `requests` requests lasts about that many outputs at the level's concurrency;
+    # the benchmark charges levels by time, so use the space's duration or the schema default.
+    level_seconds = float(load.duration_s or 120.0) + float(load.warmup_s)
+    return Problem(space=space, concurrency=list(load.concurrency), level_seconds=level_seconds,
+                   to_flags=to_flags, itl_slo_ms=space.slos.p99_itl_ms, timeouts=dict(space.timeouts))
 
 
 def load_landscape(path: Path) -> ModuleType:
@@ -142,14 +146,49 @@ class Simulator:
         return max(ok) if ok else None
 
 
-def optimum(sim: Simulator) -> tuple[float, dict[str, Any]]:
-    """The landscape's best feasible config on a fine grid of the space."""
+def as_failure(landscape_failure: Mapping[str, Any]) -> dict[str, Any]:
+    """A landscape's failure as the trial records it: the error line classified by the log watcher."""
+    line = str(landscape_failure.get("error", ""))
+    if landscape_failure.get("hang"):
+        kind = "stall"
+    else:
+        classifier = LogClassifier()
+        classifier.feed(line)
+        kind = classifier.failure.name if classifier.failure else "crash"
+    return {"kind": kind, "phase": landscape_failure.get("phase"), "line": line, "message": line}
+
+
+_SIM: Simulator | None = None  # the simulator forked workers use
+
+
+def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
+    """The best feasible config among every `of`-th grid point starting at `index`."""
+    index, of = part
+    assert _SIM is not None
+    space = _SIM.problem.space
+    grid = grid_space(space, OPTIMUM_POINTS)
     best: tuple[float, dict[str, Any]] = (0.0, {})
-    for config in configs_of(grid_space(sim.problem.space, OPTIMUM_POINTS), sim.problem.space):
-        value = sim.true_value(config)
+    for i, combo in enumerate(itertools.product(*grid.values())):
+        if i % of != index:
+            continue
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+        value = _SIM.true_value(config)
         if value is not None and value > best[0]:
             best = (value, config)
     return best
+
+
+def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
+    """The landscape's best feasible config on a fine grid of the space (every grid point run)."""
+    global _SIM
+    _SIM = sim
+    parts = [(i, jobs) for i in range(jobs)]
+    if jobs > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            found = pool.map(_optimum_part, parts)
+    else:
+        found = [_optimum_part(parts[0])]
+    return max(found, key=lambda vc: vc[0])
 
 
 def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
@@ -180,7 +219,7 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float)
         failure, spent = sim.startup(config)
         gpu += spent
         if failure is not None:
-            strategy.tell(study, trial, "crashed", failure=failure)
+            strategy.tell(study, trial, "crashed", failure=as_failure(failure))
         elif sim.corrupt(config):
             strategy.tell(study, trial, "pruned", answers_differ=True)
         else:
@@ -231,15 +270,26 @@ def summarize(curves: list[list[dict[str, Any]]], best: float) -> dict[str, Any]
     return out
 
 
+def _run_task(task: tuple[str, int, int, float]) -> list[dict[str, Any]]:
+    kind, seed, trials, noise = task
+    assert _SIM is not None
+    return run_study(_SIM, kind, seed, trials, noise)
+
+
 def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, noise: float,
-          samplers: tuple[str, ...] = SAMPLER_KINDS) -> dict[str, Any]:
+          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1) -> dict[str, Any]:
     """The whole benchmark for one space and landscape, as a JSON-ready dict."""
     sim = Simulator(problem, landscape)
-    best, best_config = optimum(sim)
+    best, best_config = optimum(sim, jobs)
     if best <= 0:
         raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
-    results = {kind: summarize([run_study(sim, kind, seed, trials, noise) for seed in range(seeds)], best)
-               for kind in samplers}
+    tasks = [(kind, seed, trials, noise) for kind in samplers for seed in range(seeds)]
+    if jobs > 1:  # forked workers inherit the simulator
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            curves = pool.map(_run_task, tasks)
+    else:
+        curves = [_run_task(task) for task in tasks]
+    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves) if k == kind], best) for kind in samplers}
     ours, tpe = results.get("ours"), results.get("tpe")
     ratio = None
     if ours and tpe and ours["gpu_hours_to_95"] is not None and tpe["gpu_hours_to_95"]:
@@ -257,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--noise", type=float, default=0.025, help="relative std of a measurement")
     parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
+    parser.add_argument("--jobs", type=int, default=1, help="studies run in parallel processes")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     result = bench(load_problem(args.space), load_landscape(args.landscape), trials=args.trials,
-                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")))
+                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")), jobs=args.jobs)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -55,8 +56,13 @@ _SWEEP_PASS = "sweep_pass"
 _SWEEP_FROM_WORKING = "sweep_from_working"
 # Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
 # of the incumbent at half the previous distance (a pattern search), catching interactions.
-SWEEP_PASSES = 1
+SWEEP_PASSES = 2
 _SKIPPED = "skipped"
+_PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
+# A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
+NOISE_MARGIN = 0.04
+# Partner moves tried per value that crashed alone.
+MAX_PARTNERS = 4
 
 
 class SpaceLike(Protocol):
@@ -160,6 +166,24 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return dict(a) == dict(b)
 
 
+def _failure_text(trial: FrozenTrial) -> str:
+    failure = trial.user_attrs.get("failure") or {}
+    return " ".join(str(v) for v in failure.values() if isinstance(v, str))
+
+
+def _failure_kind(trial: FrozenTrial) -> str | None:
+    return (trial.user_attrs.get("failure") or {}).get("kind")
+
+
+def named_in(text: str, dists: Mapping[str, BaseDistribution]) -> list[str]:
+    """Parameters a failure line names: a flag given in full or by a prefix of it
+    (``--cuda-graph-max-bs`` names ``--cuda-graph-max-bs-decode``), or an environment variable."""
+    flags = re.findall(r"--[a-z0-9][a-z0-9-]*", text)
+    return [n for n in dists
+            if (n.startswith("--") and any(n == f or n.startswith(f + "-") for f in flags))
+            or (not n.startswith("--") and re.search(rf"\b{re.escape(n)}\b", text))]
+
+
 def _constraint_sum(trial: FrozenTrial) -> float:
     return sum(v for v in (trial.constraints or {}).values() if v > 0)
 
@@ -209,11 +233,11 @@ class Strategy:
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
         """The next trial to run and its config; repeats and known crashes are told, not run."""
         if self.guided:
-            self._plan_sweep(study)
+            self._plan(study)
         for _ in range(MAX_SKIPS):
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or trial.user_attrs.get(_TAG) in ("baseline", "known"):
+            if not self.guided or trial.user_attrs.get(_TAG) in ("baseline", "known", "partner"):
                 break
             reason = self._skip_reason(study, config)
             if reason is None:
@@ -266,35 +290,117 @@ class Strategy:
         trial.set_user_attr("outcome", "crashed" if crash else "pruned")
         study.tell(trial, state=TrialState.PRUNED if crash else TrialState.FAIL)
 
-    def _plan_sweep(self, study: optuna.Study) -> None:
-        """Enqueue the next batch of one-parameter variants of the incumbent, if it is time.
+    def _working(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Finished trials whose server started (completed, or pruned on the ladder)."""
+        return [t for t in self._finished(study) if t.constraints.get("crashed", 0) <= 0]
 
-        A batch is one parameter's alternative values; the next batch starts only when the
-        previous one has finished, so it varies the best config found so far (greedy). With no
-        working config yet the baseline is the centre: the variant that fixes its crash shows.
+    def _centre(self, study: optuna.Study) -> tuple[dict[str, Any], bool]:
+        """The config the next moves vary, and whether it is known to work.
+
+        The best working trial: a feasible completed one if any, else the one that reached the
+        highest level value (pruned below the space's targets still beats not starting). Among
+        those within NOISE_MARGIN of the best, the one with the fewest changes from the baseline
+        wins, so a change that only won by noise does not ride along (and block later moves). With
+        nothing working yet, the baseline: the sweep then looks for the change that fixes its crash.
+        """
+        feasible = [t for t in self._working(study)
+                    if t.state == TrialState.COMPLETE and _constraint_sum(t) <= 0 and t.value is not None]
+        scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
+            (t, max(t.intermediate_values.values())) for t in self._working(study) if t.intermediate_values]
+        if not scored:
+            return dict(self.space.baseline), False
+        top = max(v for _, v in scored)
+        near = [t for t, v in scored if v >= top * (1.0 - NOISE_MARGIN)]
+        base = self.space.baseline
+        best = min(near, key=lambda t: (sum(t.params.get(k) != v for k, v in base.items())
+                                         + sum(k not in base for k in t.params), t.number))
+        return dict(best.params), True
+
+    def _named_by_crash(self, study: optuna.Study) -> list[str]:
+        """Parameters the baseline's failure line names: SGLang often says which flag to change
+        ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph")."""
+        for t in self._finished(study):
+            if t.constraints.get("crashed", 0) > 0 and _same(t.params, self.space.baseline):
+                return named_in(_failure_text(t), self._dists)
+        return []
+
+    def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]) -> bool:
+        """Enqueue the configs not already run; True if any was."""
+        tried = [t.params for t in self._finished(study)]
+        fresh = [dict(c) for c in configs if not any(_same(c, p) for p in tried)]
+        for config in fresh:
+            study.enqueue_trial(config, user_attrs=dict(attrs))
+        return bool(fresh)
+
+    def _plan(self, study: optuna.Study) -> None:
+        """Enqueue the next batch of planned moves around the centre, if it is time.
+
+        A batch is one parameter's alternative values (or one crash's partner moves); the next
+        starts only when the previous has finished, so each varies the best config so far (greedy).
+        Order: one-flag sweep (pass 0: every choice and a coarse grid), partner moves for values that
+        crashed alone, then numeric refinement (pass 1: neighbours at a quarter of the range).
         """
         trials = study.get_trials(deepcopy=False)
         if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
             return
-        best = self.incumbent(study)
-        centre = dict(best.params) if best is not None else dict(self.space.baseline)
-        tried = [t.params for t in self._finished(study)]
-        # From a crashed centre, choices first: a backend or a switch is the likelier culprit.
-        order = sorted(self._dists.items(), key=lambda kv: best is None and not isinstance(kv[1], CategoricalDistribution))
+        centre, working = self._centre(study)
+        if not working:
+            # Every fix the failure line suggests at once: the centre then moves to the best of them.
+            named = self._named_by_crash(study)
+            variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n]) if v != centre.get(n)]
+            if self._enqueue(study, variants, {_TAG: "sweep", _SWEEP_PARAM: "named by the crash", _SWEEP_PASS: 0,
+                                               _SWEEP_FROM_WORKING: False}):
+                return
         for sweep_pass in range(SWEEP_PASSES):
             swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials
                      if t.user_attrs.get(_SWEEP_PASS) == sweep_pass and t.user_attrs.get(_SWEEP_FROM_WORKING)}
-            for name, dist in order:
+            # The space file's order: the user's sense of what matters most.
+            for name in self._dists:
                 if name in swept or name not in centre:
                     continue
+                dist = self._dists[name]
                 values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
                 variants = [{**centre, name: v} for v in values if v != centre[name]]
-                variants = [c for c in variants if not any(_same(c, p) for p in tried)]
-                if variants:
-                    for config in variants:
-                        study.enqueue_trial(config, user_attrs={_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass,
-                                                             _SWEEP_FROM_WORKING: best is not None})
+                attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working}
+                if self._enqueue(study, variants, attrs):
                     return
+            if sweep_pass == 0 and working and self._plan_partners(study, centre):
+                return
+
+    # -- partner moves -----------------------------------------------------------------------
+    def _plan_partners(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
+        """Retry each value that crashed alone together with one other change: the crash may need a partner.
+
+        A larger graph batch that runs out of memory may fit with a smaller memory fraction. The
+        partners of a crash: the parameters its failure line names, else (an out-of-memory crash)
+        every numeric parameter's swept values that ran alone. One batch per crash.
+        """
+        done = {t.user_attrs.get(_PAIR_OF) for t in study.get_trials(deepcopy=False) if _PAIR_OF in t.user_attrs}
+        ran_alone: dict[str, list[Any]] = {}
+        crashes: list[FrozenTrial] = []
+        for t in self._finished(study):
+            name = t.user_attrs.get(_SWEEP_PARAM)
+            if not t.user_attrs.get(_SWEEP_FROM_WORKING) or name not in t.params:
+                continue
+            if t.constraints.get("crashed", 0) > 0:
+                crashes.append(t)
+            else:
+                ran_alone.setdefault(name, []).append(t.params[name])
+        for t in crashes:
+            name, value = t.user_attrs[_SWEEP_PARAM], t.params[t.user_attrs[_SWEEP_PARAM]]
+            key = f"{name}={value!r}"
+            if key in done or centre.get(name) == value:
+                continue
+            text = _failure_text(t)
+            partners = [q for q in named_in(text, self._dists) if q != name]
+            if not partners and _failure_kind(t) == "oom":
+                partners = [q for q, d in self._dists.items()
+                            if q != name and not isinstance(d, CategoricalDistribution)]
+            pairs = [{**centre, name: value, q: w} for q in partners for w in ran_alone.get(q, [])
+                     if q in centre and w != centre[q]][:MAX_PARTNERS]
+            if self._enqueue(study, pairs, {_TAG: "partner", _PAIR_OF: key}):
+                return True
+        return False
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
@@ -348,7 +454,7 @@ class Strategy:
         if failure is not None:
             trial.set_user_attr("failure", dict(failure))
         if outcome == "infrastructure":
-            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING)}
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING, _PAIR_OF)}
             study.tell(trial, state=TrialState.FAIL)
             study.enqueue_trial(dict(trial.params), user_attrs={**attrs, "retry_of": trial.number})
             return

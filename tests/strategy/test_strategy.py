@@ -125,3 +125,66 @@ def test_small_bench_ours_beats_random() -> None:
         keys = set(result["samplers"][kind])
         assert {"trials_to_95", "trials_to_99", "gpu_hours_to_95", "gpu_hours_to_99", "best_fraction"} <= keys
     assert result["samplers"]["ours"]["best_fraction"] > result["samplers"]["random"]["best_fraction"]
+
+
+OOM_LINE = ("Exception: Capture cuda graph failed: CUDA out of memory. Possible solutions: "
+            "1. set --mem-fraction-static to a smaller value 2. set --cuda-graph-max-bs to a smaller value")
+
+
+def test_named_in_finds_flags_by_prefix_and_env_vars() -> None:
+    from search.strategy import discover, named_in
+    dists = discover(FixtureSpace())
+    assert named_in(OOM_LINE, dists) == ["--cuda-graph-max-bs-decode", "--mem-fraction-static"]
+    assert named_in("NCCL WARN NCCL_MIN_NCHANNELS ignored", dists) == ["NCCL_MIN_NCHANNELS"]
+    assert named_in("RuntimeError: flashinfer autotune failed", dists) == []
+
+
+def test_crashed_baseline_tries_every_fix_its_failure_line_names() -> None:
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": OOM_LINE, "message": ""})
+    changed = set()
+    for _ in range(6):
+        trial, config = strategy.ask(study)
+        changed |= {k for k in config if config[k] != space.baseline.get(k)}
+        strategy.tell(study, trial, "crashed", failure={"kind": "crash", "phase": "starting", "line": "x", "message": ""})
+    assert changed == {"--cuda-graph-max-bs-decode", "--mem-fraction-static"}
+
+
+def test_value_that_crashed_alone_is_retried_with_a_partner_change() -> None:
+    """The sweep finds a large graph batch crashes (out of memory) and a low memory fraction runs;
+    the partner move combines them."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    for _ in range(40):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs["strategy"] == "partner":
+            break
+        if config.get("--cuda-graph-max-bs-decode", 0) >= 1024:
+            strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": "CUDA out of memory", "message": ""})
+        else:
+            strategy.tell(study, trial, "completed", objective=1000.0)
+    assert trial.user_attrs["strategy"] == "partner"
+    assert trial.user_attrs["partner_of"] == "--cuda-graph-max-bs-decode=1024"
+    changed = {k for k in config if config[k] != space.baseline.get(k)}
+    assert "--cuda-graph-max-bs-decode" in changed and len(changed) == 2
+
+
+def test_centre_ignores_a_change_that_only_won_by_noise() -> None:
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=1000.0)
+    trial, config = strategy.ask(study)  # first sweep variant
+    strategy.tell(study, trial, "completed", objective=1010.0)  # within noise of the baseline
+    assert strategy._centre(study) == (space.baseline, True)
+    trial, config = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=1500.0)
+    assert strategy._centre(study) == (config, True)
