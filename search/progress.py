@@ -1,4 +1,5 @@
-"""What a running study shows: trial n of N, its phase, best so far against the baseline, time, ETA.
+"""What a running study shows: every running trial with its host and phase, best so far against the
+baseline, time, ETA.
 
 On a terminal it is a rich live panel redrawn in place; otherwise (a log file, nohup, a test)
 one plain line per event, so an overnight log reads top to bottom.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -29,6 +31,16 @@ def _clock(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+@dataclass
+class _Now:
+    """A running trial as the panel shows it."""
+
+    tag: str
+    began: float
+    host: str = ""
+    phase: str = "starting"
+
+
 class StudyProgress:
     """Follows a `StudyRun` through its `Listener` hooks; use as a context manager around `run()`."""
 
@@ -36,14 +48,12 @@ class StudyProgress:
         self.run = run
         self.console = console or Console(highlight=False)
         self.began = time.monotonic()
-        self.number: int | None = None
-        self.tag = ""
-        self.phase = ""
+        self.running: dict[int, _Now] = {}  # by trial number
         self.durations: list[float] = []  # seconds per measured trial in this run, for the ETA
-        self._trial_began = self.began
+        self.width = 1  # most trials seen running at once: the ETA divides by it
         self._live: Live | None = None
-        run.listener = Listener(trial_started=self.trial_started, event=self.event, level=self.level,
-                                trial_done=self.trial_done, note=self.note)
+        run.listener = Listener(trial_started=self.trial_started, placed=self.placed, event=self.event,
+                                level=self.level, trial_done=self.trial_done, note=self.note)
 
     def __enter__(self) -> StudyProgress:
         if self.console.is_terminal:
@@ -58,25 +68,33 @@ class StudyProgress:
 
     # -- hooks ------------------------------------------------------------------------------
     def trial_started(self, number: int, tag: str, config: Mapping[str, Any]) -> None:
-        self.number, self.tag, self.phase = number, tag, "starting"
-        self._trial_began = time.monotonic()
+        self.running[number] = _Now(tag, time.monotonic())
+        self.width = max(self.width, len(self.running))
         self._say(f"trial {number} ({tag}) starting: " + " ".join(f"{k}={v}" for k, v in config.items()))
 
-    def event(self, event: Event) -> None:
-        if event.kind == "phase":
-            self.phase = event.name
+    def placed(self, number: int, host: str) -> None:
+        if number in self.running:
+            self.running[number].host = host
             self._refresh()
 
-    def level(self, level: LevelResult) -> None:
-        self.phase = f"load test: {level.output_throughput:,.0f} tok/s at {level.max_concurrency}"
-        self._say(f"trial {self.number}: {self.phase}")
+    def event(self, number: int, event: Event) -> None:
+        if event.kind == "phase" and number in self.running:
+            self.running[number].phase = event.name
+            self._refresh()
+
+    def level(self, number: int, level: LevelResult) -> None:
+        phase = f"load test: {level.output_throughput:,.0f} tok/s at {level.max_concurrency}"
+        if number in self.running:
+            self.running[number].phase = phase
+        self._say(f"trial {number}: {phase}")
 
     def trial_done(self, trial: FrozenTrial) -> None:
-        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            self.durations.append(time.monotonic() - self._trial_began)
+        now = self.running.pop(trial.number, None)
+        if now is not None and trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            self.durations.append(time.monotonic() - now.began)
         value = f", {trial.value:,.0f} tok/s" if trial.value is not None else ""
-        self.number, self.phase = None, ""
-        self._say(f"trial {trial.number}: {outcome_text(trial)}{value}  |  {self._status()}")
+        where = f" on {now.host}" if now is not None and now.host else ""
+        self._say(f"trial {trial.number}{where}: {outcome_text(trial)}{value}  |  {self._status()}")
 
     def note(self, text: str) -> None:
         self._say(text)
@@ -94,7 +112,7 @@ class StudyProgress:
     def _eta(self) -> float | None:
         if not self.durations:
             return None
-        eta = statistics.fmean(self.durations) * max(0, self.run.n_trials - self.run.measured())
+        eta = statistics.fmean(self.durations) * max(0, self.run.n_trials - self.run.measured()) / self.width
         left = self.run.deadline_left()
         return eta if left is None else min(eta, left)
 
@@ -107,8 +125,12 @@ class StudyProgress:
 
     def _panel(self) -> Table:
         grid = Table.grid(padding=(0, 2))
-        grid.add_row("study", f"{self.run.name}  trial {self.run.measured() + 1} of {self.run.n_trials}")
-        grid.add_row("now", f"trial {self.number} ({self.tag}): {self.phase}" if self.number is not None else "-")
+        grid.add_row("study", f"{self.run.name}  measured {self.run.measured()} of {self.run.n_trials}")
+        for number, now in sorted(self.running.items()):
+            where = f" on {now.host}" if now.host else ""
+            grid.add_row("now", f"trial {number} ({now.tag}){where}: {now.phase}  {_clock(time.monotonic() - now.began)}")
+        if not self.running:
+            grid.add_row("now", "-")
         grid.add_row("status", self._status())
         return grid
 

@@ -2,16 +2,19 @@
 
 This module is the only writer to the study storage. Every trial goes through the
 `search.strategy.Strategy` (the same object `scripts/bench_search.py` measures), runs with
-`search.trial.run_trial`, and is recorded with the user attributes every view reads
-(docs/architecture.md, "What a study stores per trial").
+`search.trial.run_trial` through a :class:`Runner`, and is recorded with the user attributes
+every view reads (docs/architecture.md, "What a study stores per trial"). The runner decides
+where and how many trials run at once: :class:`InProcessRunner` runs one at a time on one host,
+`search.parallel.RayRunner` one per Ray node; the driver loop is the same for both, so asks
+overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
 
 Overnight safety comes from three rules:
 
 - before a server starts, its trial already carries the trial marker and the driver's identity,
   so a later run can find a dead run's RUNNING trials, kill what they left by marker, and fail
   and re-enqueue them (nothing measured is lost: finished trials are untouched);
-- Ctrl-C / SIGTERM tear the running trial down (run_trial does) and record it as an
-  infrastructure fault, re-enqueued, so running the same command again continues;
+- Ctrl-C / SIGTERM tear the running trials down and record them as infrastructure faults,
+  re-enqueued, so running the same command again continues;
 - an infrastructure fault is never blamed on the config, but the same config failing that way
   `MAX_INFRA_RETRIES` times in one run stops the study with the host's message.
 """
@@ -30,11 +33,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from search import correctness
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
 from search.lifecycle import Failure
@@ -51,6 +55,7 @@ SPACE_ATTR = "space"  # study user attr: the space as data, so views and export 
 REMEASURED_ATTR = "remeasured"  # study user attr: {trial number: [objective per repeat]}
 _DRIVER_ATTR = "driver"  # trial user attr: who ran it, to tell a dead run's RUNNING trial from a live one
 _MARKER_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+WAIT_S = 0.5  # longest the driver waits on its runner before checking the budget again
 
 
 class Interrupted(Exception):
@@ -118,6 +123,123 @@ def _driver_alive(driver: Mapping[str, Any] | None) -> bool:
     return driver.get("pid") != os.getpid() and _start_ticks(int(driver["pid"])) == driver.get("start")
 
 
+# --------------------------------------------------------------------------- runners
+
+
+@dataclass(frozen=True)
+class Job:
+    """One server run the driver wants (a trial or a re-measurement): plain data, so it can travel to a Ray node."""
+
+    space: Space
+    config: dict[str, Any]
+    marker: str
+    trial_dir: Path  # where the driver keeps its artifacts
+    baseline_answers: list[str] | None = None
+
+
+@dataclass
+class Hooks:
+    """The driver's side of a running job; runners call these on the driver's thread, never concurrently."""
+
+    placed: Callable[[str], None] = lambda host: None  # the job started on this host
+    event: Callable[[Event], None] = lambda event: None
+    level: Callable[[LevelResult, list[dict[str, Any]]], bool] = lambda level, gpu: True  # False prunes
+
+
+class Runner(Protocol):
+    """Where jobs run. The driver starts jobs while ``free()`` allows and collects them with ``wait``."""
+
+    def free(self) -> int:
+        """How many more jobs could start now."""
+        ...
+
+    def start(self, job: Job, hooks: Hooks) -> None:
+        """Begin ``job``; its events and levels reach ``hooks`` during later ``wait`` calls."""
+        ...
+
+    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        """Relay progress to the hooks for up to ``timeout`` s; return the jobs that finished."""
+        ...
+
+    def cancel(self) -> None:
+        """Tear every running job down (Ctrl-C, or the study stopping); they are not returned."""
+        ...
+
+    def kill_marker(self, marker: str, host: str) -> int:
+        """Kill what a dead run left carrying ``marker`` (``host``: where it ran, "" when unknown)."""
+        ...
+
+
+def run_job(job: Job, host: Host, *, on_event: Callable[[Event], None] | None = None,
+            on_level: Callable[[LevelResult], bool] | None = None, trial_dir: Path | None = None) -> TrialResult:
+    """Run ``job`` on ``host`` (artifacts to ``trial_dir``, default the job's); a host fault becomes an outcome."""
+    trial_dir = trial_dir or job.trial_dir
+    try:
+        return run_trial(job.space, job.config, host, trial_dir=trial_dir, marker=job.marker, on_event=on_event,
+                         on_level=on_level, baseline_answers=job.baseline_answers)
+    except InfrastructureFault as exc:
+        return TrialResult(outcome="infrastructure", artifacts=trial_dir, marker=job.marker,
+                           failure=Failure("infrastructure", "starting", str(exc), True, str(exc)))
+
+
+def gpu_record(host: Host, concurrency: int) -> list[dict[str, Any]]:
+    """Power and utilisation of the host's GPUs at the end of a level, where the host reports them."""
+    try:
+        samples = host.gpu_samples()
+    except InfrastructureFault:
+        return []
+    known = [s for s in samples or () if s.power_w is not None]
+    if not known:
+        return []
+    return [{"concurrency": concurrency,
+             "power_w": round(sum(s.power_w or 0.0 for s in known), 1),
+             "power_limit_w": round(sum(s.power_limit_w or 0.0 for s in known), 1),
+             "utilization_pct": round(statistics.fmean(s.utilization_pct or 0.0 for s in known), 1)}]
+
+
+class InProcessRunner:
+    """One job at a time on one host, in this process: ``wait`` runs it to the end."""
+
+    def __init__(self, host: Host, hosts: Mapping[str, Host] | None = None) -> None:
+        self.host = host
+        self.hosts = dict(hosts or {host.name: host})  # by name, to clean up a dead run's trials
+        self._job: tuple[Job, Hooks] | None = None
+
+    def free(self) -> int:
+        return 0 if self._job else 1
+
+    def start(self, job: Job, hooks: Hooks) -> None:
+        self._job = (job, hooks)
+        hooks.placed(self.host.name)
+
+    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        if self._job is None:
+            return []
+        job, hooks = self._job
+        try:
+            result = run_job(job, self.host, on_event=hooks.event,
+                             on_level=lambda level: hooks.level(level, gpu_record(self.host, level.max_concurrency)))
+        finally:  # KeyboardInterrupt: run_trial already tore the server down
+            self._job = None
+        return [(job, result)]
+
+    def cancel(self) -> None:
+        self._job = None
+
+    def kill_marker(self, marker: str, host: str) -> int:
+        return self.hosts.get(host, self.host).kill_marker(marker)
+
+
+@dataclass
+class _Running:
+    """The driver's record of a trial in flight."""
+
+    trial: optuna.Trial
+    config: dict[str, Any]
+    levels: list[LevelResult] = field(default_factory=list)
+    gpu: list[dict[str, Any]] = field(default_factory=list)
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -126,8 +248,9 @@ class Listener:
     """What the driver tells the progress display; every hook is optional."""
 
     trial_started: Callable[[int, str, Mapping[str, Any]], None] = lambda number, tag, config: None
-    event: Callable[[Event], None] = lambda event: None
-    level: Callable[[LevelResult], None] = lambda level: None
+    placed: Callable[[int, str], None] = lambda number, host: None
+    event: Callable[[int, Event], None] = lambda number, event: None
+    level: Callable[[int, LevelResult], None] = lambda number, level: None
     trial_done: Callable[[FrozenTrial], None] = lambda trial: None
     note: Callable[[str], None] = lambda text: None
 
@@ -138,7 +261,7 @@ class StudyRun:
 
     space: Space
     name: str
-    host: Host
+    host: Host | None = None  # where trials run, one at a time; or give a runner
     storage: str = DEFAULT_STORAGE
     sampler: str = "tpe"
     seed: int | None = None
@@ -149,11 +272,17 @@ class StudyRun:
     trials_dir: Path = Path("trials")
     hosts: Mapping[str, Host] = field(default_factory=dict)  # by name, to clean up a dead run's trials
     listener: Listener = field(default_factory=Listener)
+    runner: Runner | None = None  # default: InProcessRunner(host, hosts)
     study: optuna.Study | None = field(default=None, init=False)  # set by run()
 
     def __post_init__(self) -> None:
+        if self.runner is None:
+            if self.host is None:
+                raise BadInput("a study needs a host or a runner to run its trials on")
+            self.runner = InProcessRunner(self.host, self.hosts or None)
         self._began = time.monotonic()
         self._infra_streak: dict[str, int] = {}
+        self._running: dict[str, _Running] = {}  # by marker
 
     # -- public ---------------------------------------------------------------------------
     def run(self) -> optuna.Study:
@@ -165,13 +294,12 @@ class StudyRun:
         self.strategy.start(self.study, self.known)
         with _sigterm_as_interrupt():
             try:
-                while self.measured() < self.n_trials and not self._out_of_time():
-                    self._one()
+                self._trials()
                 if not self._out_of_time():
                     self._remeasure()
-            except KeyboardInterrupt:  # between trials: nothing is running, nothing to record
-                raise Interrupted(f"study {self.name!r} interrupted between trials; run the same command to "
-                                  "continue") from None
+            except KeyboardInterrupt:
+                raise Interrupted(f"study {self.name!r} interrupted; running trials were torn down and will run "
+                                  "again when you run the same command") from None
         return self.study
 
     def deadline_left(self) -> float | None:
@@ -194,15 +322,14 @@ class StudyRun:
         """Fail and re-enqueue a dead run's RUNNING trials after killing what they left behind."""
         left = self.study.user_attrs.get("remeasuring")
         if left and not _driver_alive(left.get(_DRIVER_ATTR)):
-            self.hosts.get(left.get("host", ""), self.host).kill_marker(left["marker"])
+            self.runner.kill_marker(left["marker"], left.get("host", ""))
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             driver = frozen.user_attrs.get(_DRIVER_ATTR)
             if _driver_alive(driver):
                 raise BadInput(f"study {self.name!r} is being run by pid {driver['pid']} (trial {frozen.number}); "
                                "stop that run first: a study has one driver")
             marker = frozen.user_attrs.get("marker")
-            host = self.hosts.get(frozen.user_attrs.get("host", ""), self.host)
-            killed = host.kill_marker(marker) if marker else 0
+            killed = self.runner.kill_marker(marker, frozen.user_attrs.get("host", "")) if marker else 0
             self.listener.note(f"trial {frozen.number} was left RUNNING by a dead run"
                                f"{f'; killed {killed} leftover process(es)' if killed else ''}; running it again")
             failure = {"kind": "driver_killed", "phase": frozen.user_attrs.get("phase", "starting"), "line": "",
@@ -221,69 +348,84 @@ class StudyRun:
         left = self.deadline_left()
         return left is not None and left <= 0
 
-    # -- one trial ----------------------------------------------------------------------------
-    def _one(self) -> None:
+    # -- the trials ---------------------------------------------------------------------------
+    def _wants_more(self) -> bool:
+        return self.measured() + len(self._running) < self.n_trials and not self._out_of_time()
+
+    def _trials(self) -> None:
+        """Keep the runner busy until the budget is met; record each trial as it finishes.
+
+        Anything that stops the loop (Ctrl-C, a study-stopping fault) first tears down and records
+        every trial still running, so none is left RUNNING by a live driver.
+        """
+        try:
+            while True:
+                while self.runner.free() > 0 and self._wants_more():
+                    self._launch()
+                if not self._running:
+                    if self._wants_more():
+                        raise InfrastructureFault(f"study {self.name!r}: no host is free to run a trial; "
+                                                  "check the cluster, then run the same command to continue")
+                    return
+                for job, result in self.runner.wait(WAIT_S):
+                    self._finish(self._running.pop(job.marker), result)
+        except BaseException:
+            self.runner.cancel()
+            for running in self._running.values():
+                self._record_levels(running.trial, running.levels, running.gpu)
+                self.strategy.tell(self.study, running.trial, "infrastructure", failure={
+                    "kind": "interrupted", "phase": running.trial.user_attrs.get("phase", "starting"), "line": "",
+                    "message": "stopped by Ctrl-C, SIGTERM or the study stopping; run the study again to measure it"})
+                self.listener.trial_done(self.study.trials[running.trial.number])
+            self._running.clear()
+            raise
+
+    def _launch(self) -> None:
+        """Ask for the next trial and start it on the runner."""
         trial, config = self.strategy.ask(self.study)
         number = trial.number
         marker = _MARKER_UNSAFE.sub("-", f"search-{self.name}-{number}-{uuid.uuid4().hex[:8]}")
         trial_dir = self.trials_dir / self.name / str(number)
         # Before the server exists: a later run must be able to find and kill it by this marker.
-        for key, value in (("marker", marker), ("host", self.host.name), ("artifacts", str(trial_dir)),
-                           (_DRIVER_ATTR, _me())):
+        for key, value in (("marker", marker), ("artifacts", str(trial_dir)), (_DRIVER_ATTR, _me())):
             trial.set_user_attr(key, value)
+        running = self._running[marker] = _Running(trial, config)
         self.listener.trial_started(number, str(trial.user_attrs.get("strategy", "")), config)
-        levels: list[LevelResult] = []
-        gpu: list[dict[str, Any]] = []
 
-        def on_level(level: LevelResult) -> bool:
-            levels.append(level)
-            gpu.extend(self._gpu(level.max_concurrency))
-            self.listener.level(level)
-            return self.strategy.on_level(self.study, trial, len(levels) - 1, level.max_concurrency,
-                                          level.output_throughput)
+        def placed(host: str) -> None:
+            trial.set_user_attr("host", host)
+            self.listener.placed(number, host)
 
-        def on_event(event: Event) -> None:
-            if event.kind == "phase":
-                trial.set_user_attr("phase", event.name)
-            self.listener.event(event)
+        def level(result: LevelResult, gpu: list[dict[str, Any]]) -> bool:
+            running.levels.append(result)
+            running.gpu.extend(gpu)
+            self.listener.level(number, result)
+            return self.strategy.on_level(self.study, trial, len(running.levels) - 1, result.max_concurrency,
+                                          result.output_throughput)
 
-        try:
-            result = run_trial(self.space, config, self.host, trial_dir=trial_dir, marker=marker, on_event=on_event,
-                               on_level=on_level, baseline_answers=self._baseline_answers(number))
-        except KeyboardInterrupt:
-            self._record_levels(trial, levels, gpu)
-            self.strategy.tell(self.study, trial, "infrastructure", failure={
-                "kind": "interrupted", "phase": trial.user_attrs.get("phase", "starting"), "line": "",
-                "message": "stopped by Ctrl-C or SIGTERM; run the study again to measure it"})
-            self.listener.trial_done(self.study.trials[number])
-            raise Interrupted(f"study {self.name!r} interrupted; trial {number} was torn down and will run again "
-                              "when you run the same command") from None
-        except InfrastructureFault as exc:
-            result = TrialResult(outcome="infrastructure", artifacts=trial_dir, marker=marker, levels=levels,
-                                 failure=Failure("infrastructure", trial.user_attrs.get("phase", "starting"),
-                                                 str(exc), True, str(exc)))
-        self._record(trial, result, gpu)
-        self.listener.trial_done(self.study.trials[number])
+        def event(seen: Event) -> None:
+            if seen.kind == "phase":
+                trial.set_user_attr("phase", seen.name)
+            self.listener.event(number, seen)
+
+        job = Job(self.space, config, marker, trial_dir, self._baseline_answers(number))
+        self.runner.start(job, Hooks(placed=placed, event=event, level=level))
+
+    def _finish(self, running: _Running, result: TrialResult) -> None:
+        """Record a finished trial and bound infrastructure retries of its config."""
+        trial, config = running.trial, running.config
+        if result.outcome == "infrastructure" and not result.levels:
+            result.levels = running.levels  # a lost worker returns none; keep what reached the driver
+        if result.answers_differ is None and result.answers is not None:  # started before the baseline finished
+            baseline = self._baseline_answers(trial.number)
+            if baseline is not None:
+                result.answers_differ = bool(correctness.compare(baseline, result.answers))
+        self._record(trial, result, running.gpu)
+        self.listener.trial_done(self.study.trials[trial.number])
         if result.outcome == "infrastructure":
-            self._count_infra(config, number, result)
+            self._count_infra(config, trial.number, result)
         else:
             self._infra_streak.pop(_key(config), None)
-
-    def _gpu(self, concurrency: int) -> list[dict[str, Any]]:
-        """Power and utilisation of the host's GPUs at the end of a level, where the host reports them."""
-        try:
-            samples = self.host.gpu_samples()
-        except InfrastructureFault:
-            return []
-        if not samples:
-            return []
-        known = [s for s in samples if s.power_w is not None]
-        if not known:
-            return []
-        return [{"concurrency": concurrency,
-                 "power_w": round(sum(s.power_w or 0.0 for s in known), 1),
-                 "power_limit_w": round(sum(s.power_limit_w or 0.0 for s in known), 1),
-                 "utilization_pct": round(statistics.fmean(s.utilization_pct or 0.0 for s in known), 1)}]
 
     def _baseline_answers(self, number: int) -> list[str] | None:
         """The baseline's greedy answers, which every later trial's answers must match."""
@@ -351,15 +493,17 @@ class StudyRun:
         """One more full run of a finished trial's config: its objective, 0 if it crashed, None on a host fault."""
         marker = _MARKER_UNSAFE.sub("-", f"search-{self.name}-{frozen.number}-r{repeat}-{uuid.uuid4().hex[:8]}")
         trial_dir = self.trials_dir / self.name / str(frozen.number) / f"remeasure-{repeat}"
-        self.study.set_user_attr("remeasuring", {"marker": marker, "host": self.host.name, _DRIVER_ATTR: _me()})
+        host = frozen.user_attrs.get("host", "")
+        self.study.set_user_attr("remeasuring", {"marker": marker, "host": host, _DRIVER_ATTR: _me()})
+        self.runner.start(Job(self.space, dict(frozen.params), marker, trial_dir), Hooks())
         try:
-            result = run_trial(self.space, frozen.params, self.host, trial_dir=trial_dir, marker=marker)
+            while not (done := self.runner.wait(WAIT_S)):
+                pass
         except KeyboardInterrupt:
+            self.runner.cancel()
             raise Interrupted(f"study {self.name!r} interrupted during re-measurement; run the same command to "
                               "finish it") from None
-        except InfrastructureFault as exc:
-            self.listener.note(f"re-measurement of trial {frozen.number} hit the host: {exc}")
-            return None
+        result = done[0][1]
         if result.outcome == "infrastructure":
             self.listener.note(f"re-measurement of trial {frozen.number} hit the host: "
                                f"{result.failure.message if result.failure else ''}")
