@@ -36,9 +36,12 @@ def _sse_body(n: int, usage: bool) -> bytes:
 
 
 class _Instant(asyncio.Protocol):
-    """HTTP/1.1 keep-alive; answers each request with the whole SSE stream in one write."""
+    """HTTP/1.1 keep-alive; answers each request with its SSE stream, in one write when
+    ``interval`` is 0, else one chunk per ``interval`` seconds per stream (as a real server
+    paces tokens, so that each client read carries one event)."""
 
     cache: dict[tuple[int, bool], bytes] = {}
+    interval = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -64,12 +67,25 @@ class _Instant(asyncio.Protocol):
                 if key not in self.cache:
                     self.cache[key] = _sse_body(*key)
                 payload, ctype = self.cache[key], b"text/event-stream"
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
-                                 + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+            head = (b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
+                    + str(len(payload)).encode() + b"\r\n\r\n")
+            if self.interval and ctype == b"text/event-stream":
+                self.transport.write(head)
+                asyncio.get_running_loop().create_task(self._paced(payload))
+            else:
+                self.transport.write(head + payload)
+
+    async def _paced(self, payload: bytes) -> None:
+        events = payload.split(b"\n\n")[:-1]
+        for event in events:
+            self.transport.write(event + b"\n\n")
+            await asyncio.sleep(self.interval)
 
 
-def serve(sock: socket.socket) -> None:
-    """Child process: serve the instant SSE server on an already bound socket."""
+def serve(sock: socket.socket, interval: float = 0.0) -> None:
+    """Child process: serve the SSE server on an already bound socket."""
+    _Instant.interval = interval
+
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(_Instant, sock=sock, backlog=4096)
         await server.serve_forever()

@@ -75,7 +75,6 @@ def build_body(spec: LadderSpec, model: str, rng: random.Random) -> dict[str, An
             body["messages"] = [{"role": "user", "content": words}]
         else:
             body["prompt"] = prompt_ids(rng, spec.input_len)
-    body.update(spec.extra)
     return body
 
 
@@ -110,7 +109,7 @@ async def stream_one(client: httpx.AsyncClient, url: str, api: str, body: dict[s
                 return
             async for event in source.aiter_sse():
                 if event.data == "[DONE]":
-                    break
+                    continue  # read on to the body's end: leaving early would close the connection
                 now = time.perf_counter()
                 data = json.loads(event.data)
                 if "error" in data and not data.get("choices"):

@@ -6,7 +6,7 @@ Validated on construction so that a bad option fails in one line before any requ
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from search.errors import BadInput
@@ -36,8 +36,7 @@ class LadderSpec:
     max_error_rate: float = 0.05
     seed: int = 0
     model: str | None = None
-    request_timeout_s: float = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+    request_timeout_s: float = 600.0  # a stream silent this long counts as a "timeout" error
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
