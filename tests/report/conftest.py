@@ -1,0 +1,90 @@
+"""A real demo study for the report: `search study run` on the emulator with a tiny space.
+
+Landscape: the request cap (1 vs SGLang's automatic) decides throughput, ``triton`` crashes in
+autotune with the FlashInfer JIT line, ``cutlass`` runs at 30% (below the target, so the ladder is
+pruned after its first level), ``--chunked-prefill-size`` nudges throughput. From the baseline the
+strategy's sweep gives a win, a crash, a prune and more completed trials, so every chart has data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+LANDSCAPE = '''
+def startup(flags, env):
+    if flags["moe_runner_backend"] == "triton":
+        return {"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}
+    return None
+
+def throughput(flags, env, running):
+    factor = 0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0
+    chunk = 1.05 if flags.get("chunked_prefill_size") == 4096 else 1.0
+    return factor * chunk * 200.0 * running ** 0.5
+
+def phase_seconds(flags, env):
+    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
+'''
+STUDY = "demo"
+CRASH_LINE = "returned non-zero exit status 1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_space(root: Path, time_scale: str = "0.004") -> Path:
+    """The demo space on a free port; emulator state, landscape and artifacts all under ``root``."""
+    landscape = root / "landscape.py"
+    landscape.write_text(LANDSCAPE)
+    space = {
+        "sglang_version": "0.5.23",
+        "launch": {
+            "launcher": [sys.executable, "-m", "search.emulator"],
+            "model": "test/model", "tp": 1, "host": "127.0.0.1", "port": _free_port(),
+            "env": {"SEARCH_EMULATOR_TIME_SCALE": time_scale, "SEARCH_EMULATOR_STATE_DIR": str(root / "state"),
+                    "SEARCH_EMULATOR_LANDSCAPE": str(landscape), "SEARCH_EMULATOR_GPUS": "1"},
+            "secret_env": [],
+        },
+        "params": {
+            "--max-running-requests": {"type": "categorical", "choices": [1, None]},
+            "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton", "cutlass"]},
+            "--chunked-prefill-size": {"type": "categorical", "choices": [2048, 4096]},
+        },
+        "baseline": {"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass",
+                     "--chunked-prefill-size": 2048},
+        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 0.6, "warmup_s": 0.1},
+        "slos": {"p99_ttft_ms": 5000, "p99_itl_ms": 1000},
+        "targets": {4: 150},
+        "timeouts": {phase: 30 for phase in ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")},
+    }
+    path = root / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
+
+
+def search(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real `search` CLI in a subprocess, run in ``root`` with the emulator state kept there."""
+    env = {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(root / "state")}
+    done = subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=240)
+    if check and done.returncode != 0:
+        raise AssertionError(f"search {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished demo study in ``<root>/studies.db`` (5 measured trials, the top 3 re-measured once)."""
+    root = tmp_path_factory.mktemp("report")
+    search(root, "study", "run", str(write_space(root)), "--study", STUDY, "--emulate", "--n-trials", "5",
+           "--seed", "0", "--remeasure", "1")
+    return root
