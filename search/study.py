@@ -198,27 +198,45 @@ def gpu_record(host: Host, concurrency: int) -> list[dict[str, Any]]:
 
 
 class InProcessRunner:
-    """One job at a time on one host, in this process: ``wait`` runs it to the end."""
+    """One job at a time in this process, on the hosts of ``pool`` in turn.
 
-    def __init__(self, host: Host, hosts: Mapping[str, Host] | None = None) -> None:
-        self.host = host
-        self.hosts = dict(hosts or {host.name: host})  # by name, to clean up a dead run's trials
-        self._job: tuple[Job, Hooks] | None = None
+    Each job goes to the next host that is still available: a host that stays down
+    (``SSHHost.available`` is False once its reconnects failed) is skipped, its trial having
+    been an infrastructure fault that the driver re-enqueues, so the study goes on with the
+    others. When no host is left, ``free()`` is 0 and the driver stops the study.
+    """
+
+    def __init__(self, *pool: Host, hosts: Mapping[str, Host] | None = None) -> None:
+        if not pool:
+            raise BadInput("no host to run trials on; list at least one in the hosts file")
+        self.pool = list(pool)
+        self.hosts = dict(hosts or {host.name: host for host in self.pool})  # to clean up a dead run's trials
+        self._turn = 0  # index in pool of the host that gets the next job
+        self._job: tuple[Job, Hooks, Host] | None = None
+
+    def _next_host(self) -> Host | None:
+        for step in range(len(self.pool)):
+            host = self.pool[(self._turn + step) % len(self.pool)]
+            if getattr(host, "available", True):
+                return host
+        return None
 
     def free(self) -> int:
-        return 0 if self._job else 1
+        return 0 if self._job or self._next_host() is None else 1
 
     def start(self, job: Job, hooks: Hooks) -> None:
-        self._job = (job, hooks)
-        hooks.placed(self.host.name)
+        host = self._next_host()
+        assert host is not None, "start() while free() is 0"
+        self._turn = (self.pool.index(host) + 1) % len(self.pool)
+        self._job = (job, hooks, host)
+        hooks.placed(host.name)
 
     def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
         if self._job is None:
             return []
-        job, hooks = self._job
-        try:
-            result = run_job(job, self.host, on_event=hooks.event,
-                             on_level=lambda level: hooks.level(level, gpu_record(self.host, level.max_concurrency)))
+        job, hooks, host = self._job
+        try:  # the trial records its own GPU telemetry (TrialResult.gpu): nothing to relay per level
+            result = run_job(job, host, on_event=hooks.event, on_level=lambda level: hooks.level(level, []))
         finally:  # KeyboardInterrupt: run_trial already tore the server down
             self._job = None
         return [(job, result)]
@@ -227,7 +245,7 @@ class InProcessRunner:
         self._job = None
 
     def kill_marker(self, marker: str, host: str) -> int:
-        return self.hosts.get(host, self.host).kill_marker(marker)
+        return self.hosts.get(host, self.pool[0]).kill_marker(marker)
 
 
 @dataclass
@@ -279,7 +297,7 @@ class StudyRun:
         if self.runner is None:
             if self.host is None:
                 raise BadInput("a study needs a host or a runner to run its trials on")
-            self.runner = InProcessRunner(self.host, self.hosts or None)
+            self.runner = InProcessRunner(self.host, hosts=self.hosts or None)
         self._began = time.monotonic()
         self._infra_streak: dict[str, int] = {}
         self._running: dict[str, _Running] = {}  # by marker
@@ -420,7 +438,7 @@ class StudyRun:
             baseline = self._baseline_answers(trial.number)
             if baseline is not None:
                 result.answers_differ = bool(correctness.compare(baseline, result.answers))
-        self._record(trial, result, running.gpu)
+        self._record(trial, result, result.gpu or running.gpu)  # a lost worker's levels only reached the driver
         self.listener.trial_done(self.study.trials[trial.number])
         if result.outcome == "infrastructure":
             self._count_infra(config, trial.number, result)

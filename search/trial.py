@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from search import correctness
+from search import correctness, gpu
 from search.artifacts import TrialArtifacts
 from search.errors import InfrastructureFault, RunFailed
-from search.hosts.base import Host, ServerHandle
+from search.hosts.base import GpuSample, Host, ServerHandle
 from search.lifecycle import Failure, OnEvent, Startup, phases_dict, start_server
 from search.loadtest import LadderSpec, LevelResult, run_ladder
 from search.profile import LaunchProfile, render
@@ -27,6 +27,7 @@ from search.space import Space
 OUTCOMES = ("completed", "crashed", "pruned", "infrastructure")
 CLEAN_TIMEOUT_S = 60.0  # how long a trial waits for a previous server's port and GPUs
 STOP_GRACE_S = 10.0
+TELEMETRY_INTERVAL_S = 1.0  # nvidia-smi sampling during the load test
 SLO_KEYS = ("p99_ttft_ms", "p99_itl_ms")  # Space.slos field -> the LevelResult key it bounds
 
 OnLevel = Callable[[LevelResult], bool]
@@ -47,6 +48,7 @@ class TrialResult:
     slo_ok: bool = False  # some level met the SLOs
     gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
     teardown: str | None = None  # the host was left dirty: the next trial's ensure_clean will wait
+    gpu: list[dict[str, Any]] = field(default_factory=list)  # per level: concurrency + GpuWindow.record()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +63,7 @@ class TrialResult:
             "slo_ok": self.slo_ok,
             "gpu_seconds": self.gpu_seconds,
             "teardown": self.teardown,
+            "gpu": self.gpu,
             "artifacts": str(self.artifacts),
             "marker": self.marker,
         }
@@ -111,7 +114,7 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
             result.failure = result.startup.failure
             result.outcome = "infrastructure" if result.failure.infrastructure else "crashed"
             return result
-        _measure(space, profile, result, artifacts, on_level, baseline_answers)
+        _measure(space, host, profile, result, artifacts, on_level, baseline_answers)
         return result
     finally:
         if handle is not None:
@@ -124,9 +127,9 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
         artifacts.write_json("result.json", result.to_dict())
 
 
-def _measure(space: Space, profile: LaunchProfile, result: TrialResult, artifacts: TrialArtifacts,
+def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResult, artifacts: TrialArtifacts,
              on_level: OnLevel | None, baseline_answers: list[str] | None) -> None:
-    """Correctness prompts, then the ladder; fills ``result``."""
+    """Correctness prompts, then the ladder under GPU telemetry; fills ``result``."""
     watch = result.startup.watch
     spec = ladder_spec(space)
     try:
@@ -137,7 +140,8 @@ def _measure(space: Space, profile: LaunchProfile, result: TrialResult, artifact
     artifacts.write_json("answers.json", result.answers)
     if baseline_answers is not None:
         result.answers_differ = bool(correctness.compare(baseline_answers, result.answers))
-    ladder = run_ladder(profile.url, spec, on_level=on_level, should_abort=watch.abort_reason)
+    with _LevelTelemetry(host, profile, result.gpu) as telemetry:
+        ladder = run_ladder(profile.url, spec, on_level=telemetry.wrap(on_level), should_abort=watch.abort_reason)
     artifacts.write_json("loadtest.json", ladder.to_dict())
     result.levels = ladder.levels
     slos = slos_of(space)
@@ -150,6 +154,55 @@ def _measure(space: Space, profile: LaunchProfile, result: TrialResult, artifact
         _crashed(result, ladder.aborted)
     else:
         result.outcome = "pruned" if ladder.pruned else "completed"
+
+
+class _LevelTelemetry:
+    """The server's GPUs sampled every second during the ladder; one record per level into ``records``.
+
+    Only the trial knows both where a level begins and ends and which GPUs are the server's
+    (other GPUs of the host may be busy with someone else's work), so the record is made here.
+    A level too short to catch a periodic sample takes one at its end: every level gets a record
+    where the host reports power at all.
+    """
+
+    def __init__(self, host: Host, profile: LaunchProfile, records: list[dict[str, Any]]) -> None:
+        self._host = host
+        self._profile = profile
+        self._gpus = host.trial_gpus(profile)
+        self._records = records
+        self._telemetry = gpu.Telemetry(self._sample, self._gpus, TELEMETRY_INTERVAL_S)
+        self._mark = 0
+
+    def _sample(self) -> list[GpuSample] | None:
+        # The trial's environment, not the controller's: it names the emulator's state dir.
+        return self._host.gpu_samples(self._profile.env)
+
+    def __enter__(self) -> _LevelTelemetry:
+        self._telemetry.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._telemetry.__exit__(*exc)
+
+    def _level_done(self, level: LevelResult) -> None:
+        window = self._telemetry.since(self._mark)
+        self._mark = self._telemetry.mark()
+        if window is None:
+            try:
+                window = gpu.summarize([self._sample() or []], self._gpus)
+            except InfrastructureFault:  # telemetry explains a result; it never fails a trial
+                window = None
+        if window is not None and window.power_w is not None:
+            self._records.append({"concurrency": level.max_concurrency, **window.record()})
+
+    def wrap(self, on_level: OnLevel | None) -> OnLevel:
+        """``on_level`` preceded by this level's GPU record."""
+
+        def level_done(level: LevelResult) -> bool:
+            self._level_done(level)
+            return on_level(level) if on_level is not None else True
+
+        return level_done
 
 
 def _crashed(result: TrialResult, reason: str) -> None:

@@ -265,16 +265,15 @@ class LocalHost:
         inodes = _listening_inodes(profile.port)
         if inodes:
             found.append(f"port {profile.port} by {describe_pid(_socket_owner(inodes))}")
-        env = self._environment(profile)
-        gpus = server_gpus(profile.args, env)
+        gpus = self.trial_gpus(profile)
         if self.emulate:
-            state = _emulator_state(env)
+            state = _emulator_state(self._environment(profile))
             found += [
                 f"GPU {i} by {describe_pid(gpu_state.read(state, i).pid or None)}"
                 for i in gpus
                 if gpu_state.is_held(state, i)
             ]
-        elif (samples := self.gpu_samples()) is not None:
+        elif (samples := self.gpu_samples(profile.env)) is not None:
             found += gpu.busy(samples, gpus)
         return found
 
@@ -297,15 +296,24 @@ class LocalHost:
         _wait_gone(lambda: _live_pids(marker), _KILL_WAIT_S, f"trial {marker}")
         return len(pids)
 
-    def gpu_samples(self) -> list[GpuSample] | None:
-        """``nvidia-smi`` (the emulator's stand-in when emulating); None where there is none."""
+    def trial_gpus(self, profile: LaunchProfile) -> list[int]:
+        """The GPUs ``profile`` uses here: CUDA_VISIBLE_DEVICES of its environment, else 0..tp-1."""
+        return server_gpus(profile.args, self._environment(profile))
+
+    def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
+        """``nvidia-smi`` (the emulator's stand-in when emulating); None where there is none.
+
+        ``env`` is a trial's own environment (its profile's): it may name the emulator's state
+        directory, which then wins over this process's.
+        """
         if self.emulate:
-            command, env = EMULATOR_NVIDIA_SMI, {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(_emulator_state(os.environ))}
+            command = EMULATOR_NVIDIA_SMI
         elif shutil.which("nvidia-smi"):
-            command, env = ("nvidia-smi",), None
+            command = ("nvidia-smi",)
         else:
             return None
-        done = subprocess.run(gpu.query_argv(command), capture_output=True, text=True, env=env, timeout=30)
+        done = subprocess.run(gpu.query_argv(command), capture_output=True, text=True,
+                              env={**os.environ, **(env or {})}, timeout=30)
         if done.returncode != 0:
             raise InfrastructureFault(f"{command[-1]} failed ({done.returncode}): {done.stderr.strip()[-200:]}")
         return gpu.parse(done.stdout)

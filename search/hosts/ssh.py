@@ -296,9 +296,9 @@ class SSHHost:
 
     # ------------------------------------------------------------------ Host protocol
 
-    def gpu_samples(self) -> list[GpuSample] | None:
-        """The configured ``nvidia_smi`` query; None where that command does not exist."""
-        status, out, err = self.execute(gpu.query_argv(self.config.nvidia_smi), timeout=30)
+    def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
+        """The configured ``nvidia_smi`` query (with a trial's ``env`` too); None where that command does not exist."""
+        status, out, err = self.execute(gpu.query_argv(self.config.nvidia_smi), env=env, timeout=30)
         if status == 127:
             return None
         if status != 0:
@@ -317,7 +317,7 @@ class SSHHost:
         found = []
         if self.run([self.config.python, "-c", _PORT_BUSY_PY, str(profile.port)]).strip() == "busy":
             found.append(f"port {profile.port} in use")
-        samples = self.gpu_samples()
+        samples = self.gpu_samples(profile.env)
         if samples is not None:
             found.extend(gpu.busy(samples, self.trial_gpus(profile)))
         return found
