@@ -29,7 +29,7 @@ import socket
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,7 +206,7 @@ class InProcessRunner:
     others. When no host is left, ``free()`` is 0 and the driver stops the study.
     """
 
-    def __init__(self, *pool: Host, hosts: Mapping[str, Host] | None = None) -> None:
+    def __init__(self, pool: Sequence[Host], hosts: Mapping[str, Host] | None = None) -> None:
         if not pool:
             raise BadInput("no host to run trials on; list at least one in the hosts file")
         self.pool = list(pool)
@@ -297,7 +297,7 @@ class StudyRun:
         if self.runner is None:
             if self.host is None:
                 raise BadInput("a study needs a host or a runner to run its trials on")
-            self.runner = InProcessRunner(self.host, hosts=self.hosts or None)
+            self.runner = InProcessRunner([self.host], self.hosts or None)
         self._began = time.monotonic()
         self._infra_streak: dict[str, int] = {}
         self._running: dict[str, _Running] = {}  # by marker
