@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 import select
 import signal
 import subprocess
@@ -80,7 +81,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "seconds": {k: v * settings.time_scale for k, v in seconds.items()},
         "failure": outcome if outcome and not outcome.get("hang") else None,
         "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
-        "failing_rank": 0, "autotune": autotune, "cuda_graph": graphs_on(flags),
+        "tp": tp, "failing_ranks": failing_ranks(outcome, flags, tp), "autotune": autotune, "cuda_graph": graphs_on(flags),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,
         "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": int(mrr),
@@ -91,6 +92,21 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
                                  320, 384, 448, 512] if b <= int(max_bs)],
         "corrupt": landscape.corrupt(flags, env),
     }
+
+
+def failing_ranks(outcome: dict[str, Any] | None, flags: dict[str, Any], tp: int) -> list[int]:
+    """Which ranks raise the landscape's error.
+
+    Out-of-memory hits every rank alike (each holds the same shard sizes); any other error is
+    raised by one rank, picked from the flags so a config always fails the same way but not
+    always on TP0 (real reports show e.g. TP2's traceback).
+    """
+    if not outcome or outcome.get("hang"):
+        return []
+    error = outcome["error"].lower()
+    if "out of memory" in error or "not enough memory" in error:
+        return list(range(tp))
+    return [zlib.crc32(repr(sorted(flags.items(), key=str)).encode()) % tp]
 
 
 def gpus_of(flags: dict[str, Any], env: dict[str, str]) -> list[int]:
@@ -105,6 +121,7 @@ class Ranks:
     """The rank children: start them, wait for ready, feed them load, end them."""
 
     def __init__(self, the_plan: dict[str, Any], gpus: list[int]) -> None:
+        self.sigquit_line = "sigquit"  # the main process's handler; "sigquit_running" once serving
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ready_fds: list[int] = []
         for rank, gpu in enumerate(gpus):
@@ -118,17 +135,20 @@ class Ranks:
             self.procs.append(proc)
             self.ready_fds.append(r)
 
-    def wait_ready(self) -> None:
-        """Block until every rank said ready (a failing rank SIGQUITs us instead; a hang waits forever)."""
+    def wait_ready(self) -> int | None:
+        """Block until every rank said ready: None; or the first rank that died without a word.
+
+        A failing rank SIGQUITs us instead; a hang waits forever. A rank killed from outside
+        closes its pipe unannounced, which SGLang reports as a dead scheduler.
+        """
         pending = set(self.ready_fds)
         while pending:
             readable, _, _ = select.select(list(pending), [], [])
             for fd in readable:
-                if os.read(fd, 64):
-                    pending.discard(fd)
-                else:  # rank died without SIGQUIT (killed from outside): wait as SGLang would hang
-                    pending.discard(fd)
-                    self.ready_fds.remove(fd)
+                if not os.read(fd, 64):
+                    return self.ready_fds.index(fd)
+                pending.discard(fd)
+        return None
 
     def send(self, line: str) -> None:
         for proc in self.procs:
@@ -163,7 +183,7 @@ def main(argv: list[str]) -> int:
     ranks = Ranks(the_plan, gpus_of(flags, env))
 
     def on_sigquit(signum: int, frame: object) -> None:
-        log.say("sigquit")
+        log.say(ranks.sigquit_line)
         ranks.kill()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -175,9 +195,25 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGQUIT, on_sigquit)
     signal.signal(signal.SIGTERM, on_sigterm)
-    ranks.wait_ready()
+    dead = ranks.wait_ready()
+    if dead is not None:
+        return died_in_init(log, ranks, dead)
     from search.emulator.server import serve  # FastAPI/uvicorn import only once the ranks are up
 
     serve(flags, env, the_plan, landscape, settings, ranks, log)
     ranks.kill(signal.SIGTERM)
     return 0
+
+
+def died_in_init(log: Logger, ranks: Ranks, rank: int) -> int:
+    """A rank killed before it was ready: SGLang's `_wait_for_scheduler_ready` wording, exit 1."""
+    code = ranks.procs[rank].wait()
+    log.say("init_dead", rank=rank)
+    log.say("init_dead_code", code=code)
+    error = log.words.get("init_died")
+    error = f"RuntimeError: {error.format(rank=rank, code=code)}" if error else "EOFError"
+    frame = '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/engine.py", line 2029, ' \
+            'in _wait_for_scheduler_ready\n'
+    print(f"Traceback (most recent call last):\n{frame}{error}", file=sys.stderr, flush=True)
+    ranks.kill()
+    return 1

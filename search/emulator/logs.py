@@ -25,7 +25,11 @@ _COMMON = {
     "graph_end": "Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB.",
     "max_tokens": "max_total_num_tokens={tokens}, chunked_prefill_size={chunked}, max_prefill_tokens={prefill}, max_running_requests={mrr}, context_len={ctx}, available_gpu_mem={avail:.2f} GB",
     "exception": "Scheduler hit an exception: {traceback}",
+    # The launch-phase SIGQUIT handler (engine.py); once the tokenizer manager's loop runs (from
+    # the warmup request on) loop.add_signal_handler's handler takes over, called without args.
     "sigquit": "Received sigquit from a child process. It usually means the child failed.",
+    "sigquit_running": "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+    "watchdog": "Scheduler watchdog timeout (self.watchdog_timeout={timeout}, self.soft=False)",
     "ready": "The server is fired up and ready to roll!",
     "nan": "Detected errors during sampling! NaN in the logits.",
 }
@@ -37,6 +41,9 @@ _FAMILY_0_5_9 = {
     "graph_begin": "Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
     "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, input throughput (token/s): {rate:.2f}, cuda graph: {graph}",
     "decode": "Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, gen throughput (token/s): {rate:.2f}, #queue-req: {queued}",
+    # A rank dead before it reported ready (engine.py _wait_for_scheduler_ready); then EOFError.
+    "init_dead": "Rank {rank} scheduler is dead. Please check if there are relevant logs.",
+    "init_dead_code": "Exit code: {code}",
 }
 WORDING = {
     "0.5.8.post1": {
@@ -50,6 +57,14 @@ WORDING = {
         "load_end": "Load weight end. elapsed={elapsed:.2f} s, type={arch}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
         "autotune_begin": "Running FlashInfer autotune with cache: {cache}",
         "graph_begin": "Capture {role} decode cuda graph begin. backend=full, num_tokens_per_req=1, avail mem={avail:.2f} GB",
+        # cuda_graph_setup.py: the batch sizes move into the end line; no separate "bs" line.
+        "graph_bs": None,
+        "graph_end": "Capture {role} decode cuda graph end. bs={bs}, elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
+        # The subprocess watchdog notices a dead rank within a second and SIGQUITs the main process.
+        "child_crashed": "Subprocess scheduler_{rank} (pid={pid}) crashed with exit code {code}. Triggering SIGQUIT for cleanup...",
+        "init_dead": None,
+        "init_dead_code": None,
+        "init_died": "Rank {rank} scheduler died during initialization (exit code: {code}). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
         "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: {graph}, input throughput (token/s): {rate:.2f}",
     },
 }
@@ -92,7 +107,11 @@ def wording(version: str) -> dict[str, str]:
 
 
 class Logger:
-    """Writes `[YYYY-MM-DD HH:MM:SS{.mmm}{ TPn}] message` lines as SGLang's basicConfig does (stderr)."""
+    """Writes `[YYYY-MM-DD HH:MM:SS{.mmm}{ TPn}] message` lines as SGLang's basicConfig does (stderr).
+
+    `rank` None is the main process (no tag); SGLang tags scheduler lines `TPn` only when
+    tp_size > 1, so callers pass None for a single-GPU server's rank too.
+    """
 
     def __init__(self, version: str, rank: int | None, ms: bool, stream: TextIO = sys.stderr) -> None:
         self.words = wording(version)
@@ -112,7 +131,10 @@ class Logger:
         self.stream.flush()
 
     def say(self, key: str, **values: object) -> None:
-        self.raw(self.words[key].format(**values))
+        """Log the version's line for `key`; a line the version does not have is skipped."""
+        template = self.words.get(key)
+        if template is not None:
+            self.raw(template.format(**values))
 
     def bar(self, key: str, **values: object) -> None:
         """A tqdm progress line: written by tqdm itself, so without the logging prefix."""

@@ -32,10 +32,10 @@ class Rank:
         self.rank: int = plan["rank"]
         self.gpu: int = plan["gpu"]
         self.state_dir = Path(plan["state_dir"])
-        self.log = Logger(plan["version"], self.rank, plan["log_ms"])
+        self.log = Logger(plan["version"], self.rank if plan["tp"] > 1 else None, plan["log_ms"])
         self.seconds: dict[str, float] = plan["seconds"]
         self.failure: dict[str, Any] | None = plan["failure"]
-        self.fails_here = self.failure is not None and self.rank == plan["failing_rank"]
+        self.fails_here = self.failure is not None and self.rank in plan["failing_ranks"]
         self.lock_fd: int | None = None
         self.used_mib = 600
 
@@ -128,7 +128,7 @@ class Rank:
                              rate=len(bs) / seconds if seconds else 0.0)
         self.used_mib += 3 * GIB_MIB
         self.publish(0, 0.0)
-        self.log.say("graph_end", elapsed=seconds, usage=3.0, avail=self.avail())
+        self.log.say("graph_end", elapsed=seconds, usage=3.0, avail=self.avail(), role="target", bs=bs)
 
     # --- serving ------------------------------------------------------------------------
     def serve(self, ready_fd: int) -> None:

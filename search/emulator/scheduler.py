@@ -122,6 +122,11 @@ class Scheduler:
             req.state = "aborted"
             self.wake.set()
 
+    def freeze(self) -> None:
+        """A rank died: no decode step or prefill completes any more (the others wait on it)."""
+        self.rate = lambda _running: 0.0
+        self.cap = 0
+
     @property
     def num_running(self) -> int:
         return len(self.running) + self.prefilling

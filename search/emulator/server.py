@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -41,7 +42,7 @@ class Emulator:
         self.flags, self.env, self.plan, self.log = flags, env, plan, log
         self.ready = False
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
-        self.rank0 = Logger(settings.version, 0, plan["log_ms"])
+        self.rank0 = Logger(settings.version, 0 if plan["tp"] > 1 else None, plan["log_ms"])
         graph = "True" if plan["cuda_graph"] else "False"
         self.scheduler = Scheduler(
             rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
@@ -338,9 +339,12 @@ def _log_config(ms: bool) -> dict[str, Any]:
 
 async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
     """SGLang's own warmup: GET /model_info, one 8-token POST /generate, then ready."""
-    ranks.send("warmup")
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await client.get("/model_info")
+        # The warmup /generate starts the tokenizer manager's loop, whose SIGQUIT handler
+        # replaces the launch-phase one: a rank failing from here on gets the running wording.
+        ranks.sigquit_line = "sigquit_running"
+        ranks.send("warmup")
         emu.ready = True  # the warmup request itself is let through; health waits on its success
         if emu.plan["hang"] == "warmup":
             emu.ready = False
@@ -352,6 +356,38 @@ async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
                                              "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
     logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
     emu.log.say("ready")
+
+
+async def _watch_ranks(emu: Emulator, ranks: Any, settings: Settings) -> None:
+    """What SGLang does when a rank dies (killed from outside) while serving.
+
+    0.5.23's SubprocessWatchdog polls the schedulers every second and SIGQUITs the main process.
+    Earlier versions have none: the other ranks wait in a collective, so decoding stops, until a
+    surviving rank's scheduler watchdog sees a batch stuck for --watchdog-timeout seconds, logs
+    it, waits 5 s for the parent to print, and SIGQUITs it. Idle, nothing happens.
+    """
+    while True:
+        await asyncio.sleep(1.0)
+        dead = [rank for rank, proc in enumerate(ranks.procs) if proc.poll() is not None]
+        if dead:
+            break
+    proc = ranks.procs[dead[0]]
+    if emu.log.words.get("child_crashed"):
+        emu.log.say("child_crashed", rank=dead[0], pid=proc.pid, code=proc.returncode)
+        os.kill(os.getpid(), signal.SIGQUIT)
+        return
+    emu.scheduler.freeze()
+    survivors = [rank for rank in range(len(ranks.procs)) if rank not in dead]
+    if not survivors:
+        return
+    while not emu.scheduler.num_running:
+        await asyncio.sleep(0.05)
+    timeout = float(emu.flags.get("watchdog_timeout") or 300)
+    await asyncio.sleep(timeout * settings.time_scale)
+    Logger(settings.version, survivors[0], emu.plan["log_ms"]).say("watchdog", timeout=emu.flags.get(
+        "watchdog_timeout") or 300)
+    await asyncio.sleep(5 * settings.time_scale)
+    os.kill(os.getpid(), signal.SIGQUIT)
 
 
 async def _report_load(emu: Emulator, ranks: Any) -> None:
@@ -374,6 +410,7 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
         emu.scheduler.start()
         loop = asyncio.get_running_loop()
         background.append(loop.create_task(_report_load(emu, ranks)))
+        background.append(loop.create_task(_watch_ranks(emu, ranks, settings)))
         loop.call_later(0.05, lambda: background.append(loop.create_task(_warmup(emu, ranks, base))))
 
     config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
