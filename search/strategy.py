@@ -4,9 +4,13 @@
 sample efficiency measured by the benchmark is the product's. Plain TPE knows nothing about our
 problem; the strategy adds what we know:
 
-- the baseline is the user's working config: it runs first, then a coordinate sweep changes one
-  parameter at a time from the best config so far (greedy), which finds the big single-flag wins
-  (a cap removed, graphs off, another backend) in a handful of trials and maps crashing values;
+- the baseline is the user's config: it runs first; if it crashes, every value of each parameter its
+  failure line names is tried (SGLang's errors say which flag to change);
+- a coordinate sweep changes one parameter at a time from the best working config (greedy, but a
+  change that wins only by noise does not move the centre), which finds the big single-flag wins
+  (a cap removed, graphs off, another backend) and maps crashing values;
+- a value that crashed alone is retried with one partner change (a larger graph batch may fit with
+  a smaller memory fraction): the parameters its failure names, or the numeric ones after an OOM;
 - then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials;
 - the ladder gives early evidence: a trial below the space's per-level target, or well below what
   completed trials reached at the same level, is pruned after that level;
