@@ -266,3 +266,26 @@ class RayRunner:
             return ray.get(ref, timeout=SWEEP_TIMEOUT_S)
         except (RayError, GetTimeoutError, InfrastructureFault):  # the node is gone: so are its processes
             return 0
+
+
+def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:
+    """A Ray cluster on this machine whose ``hosts`` nodes stand for GPU hosts (tests, benchmark, a dry run).
+
+    The head (the controller) has no ``search_host``; each node gets its own emulator state
+    directory under ``root`` (its GPUs), its own port and a host name, as separate machines would.
+    Ray must allow unauthenticated local use (``RAY_AUTH_MODE=disabled``). The caller shuts the
+    returned ``ray.cluster_utils.Cluster`` down; its ``address`` is what ``--ray`` takes.
+    """
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    names = [f"gpu-host-{i}" for i in range(hosts)]
+    for name in names:
+        state = root / name
+        state.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as s:  # a free port for this host's servers
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cluster.add_node(num_cpus=1, resources={RESOURCE: 1}, env_vars={
+            NAME_ENV: name, PORT_ENV: str(port), "SEARCH_EMULATOR_STATE_DIR": str(state)})
+    return cluster, names

@@ -169,6 +169,10 @@ class Runner(Protocol):
         """Kill what a dead run left carrying ``marker`` (``host``: where it ran, "" when unknown)."""
         ...
 
+    def close(self) -> None:
+        """Let go of what the runner holds (a cluster connection); running jobs are cancelled."""
+        ...
+
 
 def run_job(job: Job, host: Host, *, on_event: Callable[[Event], None] | None = None,
             on_level: Callable[[LevelResult], bool] | None = None, trial_dir: Path | None = None) -> TrialResult:
@@ -246,6 +250,9 @@ class InProcessRunner:
 
     def kill_marker(self, marker: str, host: str) -> int:
         return self.hosts.get(host, self.pool[0]).kill_marker(marker)
+
+    def close(self) -> None:
+        self._job = None
 
 
 @dataclass

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from search.study import Runner
 
 app = typer.Typer(help="Run a configuration search and look at its results.", no_args_is_help=True)
 
@@ -29,6 +32,8 @@ def run(
                                          help="Try another study's best configs early."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on a remote host."),
     host_name: Optional[str] = typer.Option(None, "--host", help="Which host of --hosts (default: the first)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS|auto",
+                                              help="Run trials on a Ray cluster, one per GPU host (docs/ray.md)."),
     remeasure: int = typer.Option(2, "--remeasure", min=0, help="Repeats for each of the top 3 configs at the end."),
     trials_dir: Path = typer.Option(Path("trials"), "--trials-dir", help="Where trial artifacts are written."),
 ) -> None:
@@ -50,29 +55,37 @@ def run(
             raise BadInput(f"{space_path}: no baseline; add `baseline:` to the space or pass --start-from "
                            "with your current launch command")
         space = space.model_copy(update={"baseline": known.pop(0)})
-    host, hosts = _hosts(emulate, hosts_file, host_name)
-    driver = StudyRun(space=space, name=study, host=host, storage=storage, sampler=sampler, seed=seed,
-                      n_trials=n_trials, timeout_s=parse_duration(timeout, "--timeout") if timeout else None,
-                      known=known, remeasure=remeasure, trials_dir=trials_dir, hosts=hosts)
+    runner = _runner(emulate, hosts_file, host_name, ray_address)
+    driver = StudyRun(space=space, name=study, storage=storage, sampler=sampler, seed=seed, n_trials=n_trials,
+                      timeout_s=parse_duration(timeout, "--timeout") if timeout else None, known=known,
+                      remeasure=remeasure, trials_dir=trials_dir, runner=runner)
     try:
         with StudyProgress(driver):
             driver.run()
     except Interrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
         sys.exit(130)  # the shell's convention for SIGINT
+    finally:
+        runner.close()
     print(f"study {study} done; see `search study show {study}` and `search study export {study} --format shell`")
 
 
-def _hosts(emulate: bool, hosts_file: Path | None, name: str | None):  # type: ignore[no-untyped-def]
-    """The host trials run on, and every host by name (a dead run's trials are cleaned up where they ran)."""
+def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_address: str | None) -> Runner:
+    """Where trials run: one host at a time in this process, or every GPU host of a Ray cluster."""
     from search.errors import BadInput
     from search.hosts import LocalHost
+    from search.study import InProcessRunner
 
+    if ray_address is not None:
+        if hosts_file is not None or name is not None:
+            raise BadInput("--ray runs each trial on a Ray node's own machine; leave out --hosts/--host")
+        from search.parallel import RayRunner
+
+        return RayRunner(ray_address, emulate=emulate)
     if hosts_file is None:
         if name is not None:
             raise BadInput("--host needs --hosts FILE")
-        local = LocalHost(emulate=emulate)
-        return local, {local.name: local}
+        return InProcessRunner([LocalHost(emulate=emulate)])
     if emulate:
         raise BadInput("--emulate runs trials locally; leave out --hosts (or set emulate: true on the host)")
     from search.hosts.config import load_hosts
@@ -80,8 +93,7 @@ def _hosts(emulate: bool, hosts_file: Path | None, name: str | None):  # type: i
 
     config = load_hosts(hosts_file)
     chosen = config.get(name) if name else config.hosts[0]
-    host = SSHHost(chosen)
-    return host, {host.name: host}
+    return InProcessRunner([SSHHost(chosen)])
 
 
 @app.command("list")

@@ -1,0 +1,106 @@
+"""A local Ray cluster whose nodes stand for GPU hosts (`search.parallel.emulated_cluster`), and a
+tiny emulator space whose state directory and port come from the node that runs each trial."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search.hosts.base import MARKER_ENV
+from search.parallel import emulated_cluster
+
+# Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
+# the first level, so the driver prunes it mid-ladder); triton crashes at autotune.
+LANDSCAPE = '''
+def startup(flags, env):
+    if flags["moe_runner_backend"] == "triton":
+        return {"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}
+    return None
+
+def throughput(flags, env, running):
+    factor = 0.3 if (flags["chunked_prefill_size"] or 8192) < 4096 else 1.0
+    return factor * 200.0 * running ** 0.5
+
+def phase_seconds(flags, env):
+    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_space(root: Path, time_scale: float) -> Path:
+    """A space whose emulator state and port come from the node that runs the trial."""
+    landscape = root / "landscape.py"
+    landscape.write_text(LANDSCAPE)
+    space = {
+        "sglang_version": "0.5.23",
+        "launch": {
+            "launcher": [sys.executable, "-m", "search.emulator"],
+            "model": "test/model", "tp": 1, "host": "127.0.0.1", "port": free_port(),
+            "env": {"SEARCH_EMULATOR_TIME_SCALE": str(time_scale), "SEARCH_EMULATOR_LANDSCAPE": str(landscape),
+                    "SEARCH_EMULATOR_GPUS": "1"},
+            "secret_env": [],
+        },
+        "params": {
+            "--chunked-prefill-size": {"type": "int", "low": 1024, "high": 8192, "step": 1024},
+            "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton"]},
+        },
+        "baseline": {"--chunked-prefill-size": 8192, "--moe-runner-backend": "flashinfer_cutlass"},
+        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.0, "warmup_s": 0.2},
+        "targets": {4: 150},
+        "timeouts": {phase: 60 for phase in ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")},
+    }
+    path = root / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
+
+
+@dataclass
+class LocalCluster:
+    address: str
+    hosts: list[str]  # the host names the nodes report
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Two GPU hosts; the driver is a `search study run` subprocess that inherits RAY_AUTH_MODE."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        cluster, names = emulated_cluster(tmp_path_factory.mktemp("nodes"), hosts=2)
+        try:
+            yield LocalCluster(cluster.address, names)
+        finally:
+            cluster.shutdown()  # only the processes this fixture started
+
+
+def marker_processes() -> dict[int, str]:
+    """Live processes carrying a trial marker: pid -> marker."""
+    prefix = f"{MARKER_ENV}=".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        markers = [item[len(prefix):].decode() for item in env if item.startswith(prefix)]
+        if markers and state not in ("Z", "X"):
+            found[int(entry.name)] = markers[0]
+    return found
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -1,0 +1,85 @@
+"""A whole study on a two-host Ray cluster: trials overlap, pruning reaches remote trials, a worker
+killed mid-trial makes that trial an infrastructure fault that is re-enqueued, and the study ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.parallel.conftest import LocalCluster, marker_processes, parent, write_space
+
+N_TRIALS = 8
+
+
+def _kill_a_worker_mid_trial(driver: subprocess.Popen, name: str, timeout: float = 120.0) -> tuple[str, int]:
+    """SIGKILL the Ray worker running a non-baseline trial once its server is up; (its marker, worker pid)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and driver.poll() is None:
+        servers = marker_processes()
+        for pid, marker in servers.items():
+            number = int(marker.removeprefix(f"search-{name}-").split("-")[0])
+            worker = parent(pid)
+            if number >= 1 and worker not in servers:  # the server itself, not one of its ranks
+                assert b"ray::" in Path(f"/proc/{worker}/cmdline").read_bytes()  # a Ray worker, not the driver
+                os.kill(worker, signal.SIGKILL)
+                return marker, worker
+        time.sleep(0.05)
+    raise AssertionError("no trial server appeared to kill its worker")
+
+
+@pytest.mark.timeout(240)
+def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, tmp_path: Path) -> None:
+    space = write_space(tmp_path, time_scale=0.01)
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            ["search", "study", "run", str(space), "--study", "r", "--ray", ray_cluster.address, "--emulate",
+             "--n-trials", str(N_TRIALS), "--remeasure", "1", "--seed", "0", "--storage", storage,
+             "--trials-dir", str(tmp_path / "trials")],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        try:
+            killed_marker, _ = _kill_a_worker_mid_trial(driver, "r")
+            assert driver.wait(timeout=200) == 0, log.read_text()
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    text = log.read_text()
+    study = optuna.load_study(study_name="r", storage=storage)
+    trials = study.trials
+
+    # The killed trial: an infrastructure fault naming the lost worker, re-enqueued with its params.
+    lost = next(t for t in trials if t.user_attrs.get("marker") == killed_marker)
+    assert lost.state == TrialState.FAIL and lost.user_attrs["outcome"] == "infrastructure"
+    assert lost.user_attrs["failure"]["kind"] == "worker_lost"
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") == lost.number)
+    assert retry.params == lost.params and retry.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert not marker_processes(), "a lost trial's server was left running"
+
+    # The study finished its budget on both hosts, with trials running at the same time.
+    measured = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                and "skipped" not in t.user_attrs]
+    assert len(measured) >= N_TRIALS
+    ran = [t for t in measured if t.user_attrs.get("host") in ray_cluster.hosts]
+    assert {t.user_attrs["host"] for t in ran} == set(ray_cluster.hosts)
+    overlapping = [(a.number, b.number) for a in ran for b in ran if a.number < b.number
+                   and a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete]
+    assert overlapping, "no two trials ran at the same time"
+
+    # Pruning reached a running remote trial: a slow config stopped after its first level.
+    pruned = [t for t in measured if t.user_attrs.get("outcome") == "pruned"]
+    assert pruned and all(len(t.user_attrs["levels"]) == 1 for t in pruned), text
+    assert "below the target" in pruned[0].user_attrs["pruned_because"]
+
+    # Artifacts came back to the driver; the top configs were re-measured on the cluster.
+    best = study.best_trial
+    assert (tmp_path / "trials" / "r" / str(best.number) / "result.json").is_file()
+    assert study.user_attrs.get("remeasured"), text
+    assert f"on {best.user_attrs['host']}" in text  # the progress names the host of each trial
