@@ -212,8 +212,8 @@ def died_in_init(log: Logger, ranks: Ranks, rank: int) -> int:
     log.say("init_dead_code", code=code)
     error = log.words.get("init_died")
     error = f"RuntimeError: {error.format(rank=rank, code=code)}" if error else "EOFError"
-    frame = '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/engine.py", line 2029, ' \
-            'in _wait_for_scheduler_ready\n'
+    frame = ('  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/entrypoints/engine.py", line 2029, '
+             'in _wait_for_scheduler_ready\n    raise _scheduler_died_error(i, scheduler_procs[i])\n')
     print(f"Traceback (most recent call last):\n{frame}{error}", file=sys.stderr, flush=True)
     ranks.kill()
     return 1

@@ -47,8 +47,8 @@ class Server:
                 raise AssertionError(f"{needle!r} not in log:\n{self.text()[-3000:]}")
             time.sleep(0.05)
 
-    def wait_ready(self) -> None:
-        self.wait_for("The server is fired up and ready to roll!")
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        self.wait_for("The server is fired up and ready to roll!", timeout)
 
     def wait_exit(self, timeout: float = 30.0) -> int:
         return self.proc.wait(timeout)
