@@ -21,6 +21,7 @@ _MOE_FACTOR = {"flashinfer_cutlass": 1.0, "auto": 0.95, "cutlass": 0.93, "triton
                "marlin": 0.6}
 _WEIGHTS_GIB_TOTAL = 215.0  # GLM-5 NVFP4 across all ranks
 _GPU_GIB = 95.59
+_ACTIVATION_GIB = 5.0       # what a rank needs outside the static pool besides graphs (activations, NCCL)
 _NINJA = ("subprocess.CalledProcessError: Command '['ninja', '-v', '-C', "
           "'/root/.cache/flashinfer/0.5.3/120/cached_ops', '-f', "
           "'/root/.cache/flashinfer/0.5.3/120/cached_ops/build.ninja']' returned non-zero exit status 1.")
@@ -64,6 +65,17 @@ def _graph_max_bs(flags: dict[str, Any]) -> int:
     return int(given) if given else 256
 
 
+def _graph_gib(flags: dict[str, Any], env: dict[str, str]) -> float:
+    """Memory graph capture needs outside the static pool: it grows with the largest captured batch.
+
+    SGLang captures batch sizes up to --cuda-graph-max-bs, but never beyond the request pool
+    (--max-running-requests or the automatic cap), so a capped server captures less.
+    """
+    cap = flags.get("max_running_requests") or max_running_requests(flags, env)
+    largest = min(_graph_max_bs(flags), int(cap))
+    return 0.5 + 2.5 * largest / 256 + (2.5 if flags.get("enable_torch_compile") else 0.0)
+
+
 def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
     tp, mem, moe = _tp(flags), _mem_fraction(flags), flags.get("moe_runner_backend")
     weights = _WEIGHTS_GIB_TOTAL / tp
@@ -92,7 +104,7 @@ def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
             return {"phase": "cuda_graph", "error": (
                 "Exception: Capture cuda graph failed: No supported CUDA architectures found for "
                 "major versions [9, 10].")}
-        if mem > 0.90 or (mem > 0.86 and flags.get("enable_torch_compile")):
+        if _graph_gib(flags, env) > (1.0 - mem) * _GPU_GIB - _ACTIVATION_GIB:
             return {"phase": "cuda_graph", "error": _OOM_GRAPH}
     elif mem > 0.96:
         return {"phase": "warmup", "error": (
