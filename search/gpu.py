@@ -149,8 +149,9 @@ class Telemetry:
         self._thread.join()
 
     def _run(self) -> None:
-        next_tick = time.monotonic()
-        while not self._stop.is_set():
+        # The first sample one interval in: at the start nothing has loaded the GPUs yet.
+        next_tick = time.monotonic() + self._interval
+        while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
                 samples = self._sample()
             except Exception:  # noqa: BLE001 - see the class docstring: a missed sample is only a gap
@@ -159,7 +160,6 @@ class Telemetry:
                 with self._lock:
                     self._rounds.append(samples)
             next_tick += self._interval
-            self._stop.wait(max(0.0, next_tick - time.monotonic()))
 
     def mark(self) -> int:
         """A point in the sample stream; pass it to :meth:`since` at the end of a level."""

@@ -9,6 +9,7 @@ host's fault: retry the same parameters elsewhere or later).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from search import correctness, gpu
 from search.artifacts import TrialArtifacts
 from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
-from search.lifecycle import Failure, OnEvent, Startup, phases_dict, start_server
+from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
 from search.loadtest import LadderSpec, LevelResult, run_ladder
 from search.profile import LaunchProfile, render
 from search.space import Space
@@ -28,6 +29,7 @@ OUTCOMES = ("completed", "crashed", "pruned", "infrastructure")
 CLEAN_TIMEOUT_S = 60.0  # how long a trial waits for a previous server's port and GPUs
 STOP_GRACE_S = 10.0
 TELEMETRY_INTERVAL_S = 1.0  # nvidia-smi sampling during the load test
+HEALTH_POLL_S = 0.5  # how often the server's log and process are checked during the load test
 SLO_KEYS = ("p99_ttft_ms", "p99_itl_ms")  # Space.slos field -> the LevelResult key it bounds
 
 OnLevel = Callable[[LevelResult], bool]
@@ -140,8 +142,9 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResu
     artifacts.write_json("answers.json", result.answers)
     if baseline_answers is not None:
         result.answers_differ = bool(correctness.compare(baseline_answers, result.answers))
-    with _LevelTelemetry(host, profile, result.gpu) as telemetry:
-        ladder = run_ladder(profile.url, spec, on_level=telemetry.wrap(on_level), should_abort=watch.abort_reason)
+    with _LevelTelemetry(host, profile, result.gpu) as telemetry, _HealthCheck(watch) as health:
+        ladder = run_ladder(profile.url, spec, on_level=telemetry.wrap(on_level), should_abort=health.reason)
+    health.raise_fault()
     artifacts.write_json("loadtest.json", ladder.to_dict())
     result.levels = ladder.levels
     slos = slos_of(space)
@@ -154,6 +157,47 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResu
         _crashed(result, ladder.aborted)
     else:
         result.outcome = "pruned" if ladder.pruned else "completed"
+
+
+class _HealthCheck:
+    """The server's log and process checked in a thread while the ladder runs.
+
+    The ladder polls ``should_abort`` every 50 ms inside the load generator's event loop; on an
+    SSH host one check is an SFTP read and remote commands, long enough to starve the load
+    generator and halve what it measures. So the check runs here and the ladder reads its latest
+    verdict. A host fault during a check stops the ladder and is raised after it (the trial is
+    then an infrastructure fault, not the config's).
+    """
+
+    def __init__(self, watch: Watch) -> None:
+        self._watch = watch
+        self._reason: str | None = None
+        self._fault: RunFailed | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="server-health", daemon=True)
+
+    def __enter__(self) -> _HealthCheck:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while self._reason is None and not self._stop.wait(HEALTH_POLL_S):
+            try:
+                self._reason = self._watch.abort_reason()
+            except RunFailed as exc:  # InfrastructureFault included: the host, not the server
+                self._fault, self._reason = exc, str(exc)
+
+    def reason(self) -> str | None:
+        """Why the server can no longer be measured, as of the last check; None while it is fine."""
+        return self._reason
+
+    def raise_fault(self) -> None:
+        if self._fault is not None:
+            raise self._fault
 
 
 class _LevelTelemetry:

@@ -30,8 +30,8 @@ def run(
                                          help="Your own launch command: parsed into a config and tried early."),
     from_study: list[str] = typer.Option([], "--from-study", metavar="NAME",
                                          help="Try another study's best configs early."),
-    hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on a remote host."),
-    host_name: Optional[str] = typer.Option(None, "--host", help="Which host of --hosts (default: the first)."),
+    hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on its hosts, in turn."),
+    host_name: Optional[str] = typer.Option(None, "--host", help="Only this host of --hosts (default: all of them)."),
     ray_address: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS|auto",
                                               help="Run trials on a Ray cluster, one per GPU host (docs/ray.md)."),
     remeasure: int = typer.Option(2, "--remeasure", min=0, help="Repeats for each of the top 3 configs at the end."),
@@ -92,8 +92,9 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
     from search.hosts.ssh import SSHHost
 
     config = load_hosts(hosts_file)
-    chosen = config.get(name) if name else config.hosts[0]
-    return InProcessRunner([SSHHost(chosen)])
+    hosts = {entry.name: SSHHost(entry) for entry in config.hosts}  # each connects on first use
+    pool = [hosts[config.get(name).name]] if name else list(hosts.values())
+    return InProcessRunner(pool, hosts)  # every host by name: a dead run's trials are cleaned up where they ran
 
 
 @app.command("list")

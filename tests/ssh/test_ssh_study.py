@@ -1,0 +1,158 @@
+"""Whole studies through the real sshd on loopback against the emulator: telemetry, artifacts, faults.
+
+The space is the study tests' one (tests/study/conftest.py) with its emulator settings moved into
+the host's ``env``, where a remote machine keeps them: the server, the GPU checks and the
+``nvidia-smi`` stand-in all read the per-test state directory from there. The host runs the
+server on GPU 1 of 2 (``gpus: [1]``) so that telemetry has an idle GPU 0 to leave out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from search.hosts.config import HostConfig
+from search.hosts.ssh import SSHHost
+from search.logwatch import Event
+from search.space import load_space
+from search.study import Listener, StudyRun
+from tests.study.conftest import marker_pids, write_space
+
+if TYPE_CHECKING:
+    from conftest import Sshd
+
+STORAGE = "sqlite:///studies.db"
+READY = "The server is fired up and ready to roll!"
+IDLE_W = 75.0  # the emulator's idle GPU power (search.emulator.gpu_state.IDLE_POWER_W)
+# The baseline caps running requests at 1; this launch command lifts the cap (a clear win).
+UNCAPPED = "python -m sglang.launch_server --model-path test/model --moe-runner-backend flashinfer_cutlass"
+
+
+def _space(root: Path) -> tuple[Path, dict[str, str]]:
+    """The study space without launch env, and that env for the host (plus a second GPU)."""
+    path = write_space(root)
+    data = yaml.safe_load(path.read_text())
+    env = {name: str(value) for name, value in data["launch"].pop("env").items()}
+    env["SEARCH_EMULATOR_GPUS"] = "2"
+    data["load_test"]["duration_s"] = 2.5  # a few one-second GPU samples per level
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, env
+
+
+def _emulated(sshd: Sshd, env: dict[str, str], name: str = "loop") -> HostConfig:
+    return sshd.host(name=name, emulate=True, env=env, gpus=[1],
+                     nvidia_smi=f"{sys.executable} -m search.emulator.nvidia_smi")
+
+
+def _hosts_file(path: Path, *hosts: HostConfig) -> Path:
+    path.write_text(yaml.safe_dump({"hosts": [h.model_dump(mode="json") for h in hosts]}, sort_keys=False))
+    return path
+
+
+def _search(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _study(root: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{root / 'studies.db'}")
+
+
+def test_a_whole_study_runs_over_ssh_with_gpu_telemetry_and_artifacts(sshd: Sshd, tmp_path: Path) -> None:
+    space, env = _space(tmp_path)
+    hosts = _hosts_file(tmp_path / "hosts.yaml", _emulated(sshd, env))
+    _search(tmp_path, "study", "run", str(space), "--study", "ssh", "--hosts", str(hosts), "--n-trials", "2",
+            "--remeasure", "0", "--seed", "0", "--start-from", UNCAPPED)
+
+    study = _study(tmp_path, "ssh")
+    base, win = study.trials
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert win.params["--max-running-requests"] is None and win.user_attrs["strategy"] == "known"
+    assert win.value > 1.5 * base.value
+    for t in study.trials:
+        assert t.user_attrs["host"] == "loop"
+        gpu = t.user_attrs["gpu"]  # one record per ladder level, from the server's GPU only
+        assert [g["concurrency"] for g in gpu] == [4, 16]
+        assert all(g["power_limit_w"] == 600.0 and g["power_w"] > IDLE_W for g in gpu), gpu
+        artifacts = Path(t.user_attrs["artifacts"])
+        remote = Path(sshd.dir / "work" / t.user_attrs["marker"])
+        assert READY in (artifacts / "server.log").read_text()
+        assert (artifacts / "server.log").read_bytes() == (remote / "server.log").read_bytes()  # mirrored whole
+        assert (artifacts / "exit-status").read_text() == (remote / "exit-status").read_text()  # copied back
+        assert json.loads((artifacts / "result.json").read_text())["gpu"] == gpu
+        assert [lv["max_concurrency"] for lv in json.loads((artifacts / "loadtest.json").read_text())["levels"]] == [4, 16]
+    # 16 requests running on GPU 1 keep it ~67% busy near 200 W; averaged with the idle GPU 0 it would read half.
+    top = win.user_attrs["gpu"][1]
+    assert top["utilization_pct"] > 50 and top["power_w"] > 150, top
+
+    table = _search(tmp_path, "study", "show", "ssh").stdout
+    assert f"{top['power_w']:.0f}/600 W" in table
+    rows = json.loads(_search(tmp_path, "study", "show", "ssh", "--format", "json").stdout)["trials"]
+    assert {r["host"] for r in rows} == {"loop"} and all(r["gpu_power"] for r in rows)
+
+
+def _state_lost(sshd: Sshd, marker: str) -> None:
+    """What a host reboot does under a running trial: connections cut, the server's processes gone."""
+    assert sshd.cut_sessions() >= 1
+    for group in {os.getpgid(pid) for pid in marker_pids(marker)}:  # the wrapper too: no exit status is written
+        os.killpg(group, signal.SIGKILL)
+    for pid in marker_pids(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_connection_cut_that_loses_the_trial_is_retried_as_an_infrastructure_fault(
+        sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    space_path, env = _space(tmp_path)
+    host = SSHHost(_emulated(sshd, env))
+    cut: list[str] = []
+
+    def event(number: int, seen: Event) -> None:
+        if seen.kind == "phase" and seen.name == "loading" and not cut:
+            cut.append(study_run.study.trials[number].user_attrs["marker"])
+            _state_lost(sshd, cut[0])
+
+    study_run = StudyRun(space=load_space(space_path), name="cut", host=host, storage=STORAGE, seed=0, n_trials=1,
+                         remeasure=0, listener=Listener(event=event))
+    try:
+        study = study_run.run()
+    finally:
+        host.close()
+
+    lost, again = study.trials
+    assert lost.state == TrialState.FAIL and lost.user_attrs["outcome"] == "infrastructure"
+    assert "trial state lost" in lost.user_attrs["failure"]["message"]
+    assert lost.user_attrs["marker"] == cut[0] and not lost.constraints  # never blamed on the config
+    assert again.state == TrialState.COMPLETE and again.user_attrs["retry_of"] == lost.number
+    assert again.params == lost.params and again.user_attrs["host"] == "loop"
+    assert marker_pids(cut[0]) == [] and marker_pids(again.user_attrs["marker"]) == []
+
+
+def test_a_host_that_stays_down_is_skipped_and_the_study_goes_on(sshd: Sshd, tmp_path: Path) -> None:
+    from conftest import start_sshd
+
+    stopped = start_sshd(tmp_path / "down-sshd")
+    stopped.stop()  # its port now refuses connections
+    space, env = _space(tmp_path)
+    hosts = _hosts_file(tmp_path / "hosts.yaml", _emulated(stopped, env, name="down"), _emulated(sshd, env, name="up"))
+    _search(tmp_path, "study", "run", str(space), "--study", "two", "--hosts", str(hosts), "--n-trials", "1",
+            "--remeasure", "0", "--seed", "0")
+
+    down, up = _study(tmp_path, "two").trials
+    assert down.user_attrs["host"] == "down" and down.state == TrialState.FAIL
+    assert down.user_attrs["outcome"] == "infrastructure"
+    assert "unreachable after 3 attempts" in down.user_attrs["failure"]["message"]
+    assert up.user_attrs["host"] == "up" and up.state == TrialState.COMPLETE
+    assert up.user_attrs["retry_of"] == down.number and up.params == down.params
