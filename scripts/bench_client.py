@@ -2,12 +2,13 @@
 
 Starts a minimal SSE server in a child process (a raw asyncio protocol that answers every
 /v1/completions with a precomputed stream of ``max_tokens`` one-token chunks plus the usage
-chunk, so the server costs next to nothing), then runs ``search.loadtest`` against it at
+chunk, so the server costs next to nothing; ``--interval-ms`` paces each stream so that every
+client read carries one event, as against a real server), then runs ``search.loadtest`` against it at
 several concurrencies, in one client process and spread over worker processes, and prints
 chunks/s and the client's CPU use. It also compares the hand-written SSE parsing with
 httpx-sse's decoder on the same stream.
 
-    python scripts/bench_client.py [--output-len 512] [--requests 2000] [--concurrency 64,256,1024]
+    python scripts/bench_client.py [--output-len 512] [--requests 2000] [--concurrency 64,256,1024] [--interval-ms 0]
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def run_client(url: str, concurrency: int, requests: int, output_len: int, proce
         p.join()
     wall = time.perf_counter() - start
     tokens = sum(t for t, _ in results)
-    return {"chunks_per_s": tokens / wall, "client_cpu_s": sum(c for _, c in results), "wall_s": wall}
+    cpu = sum(c for _, c in results)
+    return {"chunks_per_s": tokens / wall, "client_cpu_s": cpu, "wall_s": wall, "cpu_us_per_chunk": 1e6 * cpu / tokens}
 
 
 async def _parse_rate(url: str, requests: int, output_len: int, use_httpx_sse: bool) -> float:
@@ -154,22 +156,29 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", default="64,256,1024")
+    ap.add_argument("--interval-ms", type=float, default=0.0,
+                    help="pace each stream at one chunk per interval (0: whole stream in one write)")
     args = ap.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(4096)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = mp.Process(target=serve, args=(sock,), daemon=True)
+    server = mp.Process(target=serve, args=(sock, args.interval_ms / 1000), daemon=True)
     server.start()
     try:
         for parser in (False, True):
             rate = asyncio.run(_parse_rate(url, 200, args.output_len, parser))
             print(f"parser {'httpx-sse' if parser else 'hand (aiter_lines)':20s} {rate:10,.0f} chunks/s")
-        print(f"{'concurrency':>11} {'processes':>9} {'chunks/s':>10} {'client CPU s':>12} {'wall s':>7}")
+        # CPU per chunk is the robust figure on a shared machine: 1e6 / it is the chunks/s one
+        # client process sustains on one core.
+        print(f"{'concurrency':>11} {'processes':>9} {'chunks/s':>10} {'client CPU s':>12} {'wall s':>7} "
+              f"{'CPU us/chunk':>12} {'ceiling/core':>12}")
         for c in (int(x) for x in args.concurrency.split(",")):
             for processes in (1, 2):
                 r = run_client(url, c, args.requests, args.output_len, processes)
-                print(f"{c:>11} {processes:>9} {r['chunks_per_s']:>10,.0f} {r['client_cpu_s']:>12.1f} {r['wall_s']:>7.1f}")
+                print(f"{c:>11} {processes:>9} {r['chunks_per_s']:>10,.0f} {r['client_cpu_s']:>12.1f} "
+                      f"{r['wall_s']:>7.1f} {r['cpu_us_per_chunk']:>12.1f} {1e6 / r['cpu_us_per_chunk']:>12,.0f}",
+                      flush=True)
     finally:
         server.kill()
 

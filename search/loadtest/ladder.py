@@ -18,7 +18,7 @@ from typing import Any, Callable
 import httpx
 
 from search.errors import BadInput
-from search.loadtest.client import Record, build_body, stream_one
+from search.loadtest.client import Prompts, Record, stream_one
 from search.loadtest.metrics import (
     LevelResult,
     chunks_between,
@@ -92,7 +92,8 @@ class _Level:
 
     def __init__(self, clients: list[httpx.AsyncClient], url: str, spec: LadderSpec, model: str,
                  concurrency: int, rng: random.Random, should_abort: ShouldAbort | None) -> None:
-        self.clients, self.url, self.spec, self.model = clients, url, spec, model
+        self.clients, self.url, self.spec = clients, url, spec
+        self.prompts = Prompts(spec, model, rng)
         self.concurrency, self.rng, self.should_abort = concurrency, rng, should_abort
         self.records: list[Record] = []
         self.stop = False
@@ -104,7 +105,7 @@ class _Level:
         spec = self.spec
         while not self.stop and (spec.requests is None or self.issued < spec.requests):
             self.issued += 1
-            body = build_body(spec, self.model, self.rng)
+            body = self.prompts.body()
             record = Record(send=time.perf_counter(), input_tokens=spec.input_len)
             self.records.append(record)
             await stream_one(client, self.url, spec.api, body, record)

