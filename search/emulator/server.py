@@ -345,15 +345,11 @@ async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
         # replaces the launch-phase one: a rank failing from here on gets the running wording.
         ranks.sigquit_line = "sigquit_running"
         ranks.send("warmup")
-        emu.ready = True  # the warmup request itself is let through; health waits on its success
-        if emu.plan["hang"] == "warmup":
-            emu.ready = False
-            await asyncio.Event().wait()
-        if emu.plan["failure"] and emu.plan["failure"]["phase"] == "warmup":
-            emu.ready = False
-            await asyncio.Event().wait()  # the rank crashes and SIGQUITs us
+        if emu.plan["hang"] == "warmup" or (emu.plan["failure"] and emu.plan["failure"]["phase"] == "warmup"):
+            await asyncio.Event().wait()  # stuck forever, or the rank crashes and SIGQUITs us
         await client.post("/generate", json={"text": _WARMUP_PROMPT,
                                              "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
+    emu.ready = True  # /health answers 503 until the warmup request has succeeded
     logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
     emu.log.say("ready")
 

@@ -112,3 +112,26 @@ def test_health_is_503_until_ready(start) -> None:
     ok.wait_ready()
     with client(ok) as c:
         assert c.get("/health").status_code == 200 and c.get("/health_generate").status_code == 200
+
+
+def test_health_503_while_warmup_runs_and_single_gpu_lines_carry_no_rank_tag(start, tmp_path) -> None:
+    landscape = tmp_path / "warmup_hang.py"
+    landscape.write_text("def startup(flags, env):\n    return {'phase': 'warmup', 'hang': True}\n\n"
+                         "def throughput(flags, env, running):\n    return 10.0 * running\n")
+    server = start(["--model-path", "m", "--tp", "1"], SEARCH_EMULATOR_LANDSCAPE=str(landscape))
+    server.wait_for("Uvicorn running on")
+    with client(server) as c:
+        deadline = time.monotonic() + 10
+        while "GET /model_info" not in server.text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.get("/model_info").status_code == 200  # uvicorn is up: not a readiness signal
+        assert c.get("/health").status_code == 503 and c.get("/health_generate").status_code == 503
+        info = c.get("/server_info").json()
+        assert info["internal_states"][0].keys() >= {"last_gen_throughput", "memory_usage",
+                                                      "effective_max_running_requests_per_dp"}
+        assert info["version"] == "0.5.23" and info["max_total_num_tokens"] > 0
+        model = c.get("/v1/models").json()
+        assert model["object"] == "list" and model["data"][0]["id"] == "m"
+        assert model["data"][0]["object"] == "model" and model["data"][0]["max_model_len"] > 0
+    text = server.text()
+    assert "] Load weight end." in text and " TP0]" not in text  # SGLang tags TPn only when tp > 1
