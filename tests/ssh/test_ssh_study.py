@@ -86,7 +86,7 @@ def test_a_whole_study_runs_over_ssh_with_gpu_telemetry_and_artifacts(sshd: Sshd
         gpu = t.user_attrs["gpu"]  # one record per ladder level, from the server's GPU only
         assert [g["concurrency"] for g in gpu] == [4, 16]
         assert all(g["power_limit_w"] == 600.0 and g["power_w"] > IDLE_W for g in gpu), gpu
-        artifacts = Path(t.user_attrs["artifacts"])
+        artifacts = tmp_path / t.user_attrs["artifacts"]  # relative to the run's cwd, or absolute
         remote = Path(sshd.dir / "work" / t.user_attrs["marker"])
         assert READY in (artifacts / "server.log").read_text()
         assert (artifacts / "server.log").read_bytes() == (remote / "server.log").read_bytes()  # mirrored whole
@@ -141,7 +141,7 @@ def test_a_connection_cut_that_loses_the_trial_is_retried_as_an_infrastructure_f
 
 
 def test_a_host_that_stays_down_is_skipped_and_the_study_goes_on(sshd: Sshd, tmp_path: Path) -> None:
-    from conftest import start_sshd
+    from tests.ssh.conftest import start_sshd
 
     stopped = start_sshd(tmp_path / "down-sshd")
     stopped.stop()  # its port now refuses connections
