@@ -1,12 +1,12 @@
 """Trials on several GPU hosts at once: a Ray cluster where each GPU host is a node.
 
 Each GPU host runs ``ray start --address HEAD --resources '{"search_host": 1}'``; the custom
-resource admits one trial per host at a time. Every trial is one Ray actor pinned by that
-resource, created with no restarts or retries (Ray would otherwise silently run a trial again
-whose worker died). The actor runs the trial on its own node through the local host, in a
-thread, and keeps a queue of what happened (placed on a host, log events, ladder levels) that
-the driver long-polls. A level waits on the node for the driver's verdict, so the study's pruner
-stops a running trial's load test and server exactly as it does on one host.
+resource admits one trial per host at a time. The driver keeps one agent actor per host, which
+claims that resource for the study and is created with no restarts or retries (Ray would
+otherwise silently run a trial again whose worker died). The agent runs each trial on its own
+node through the local host and keeps what happened (placed on a host, log events, ladder levels)
+for the driver to long-poll. A level waits on the node for the driver's verdict, so the study's
+pruner stops a running trial's load test and server exactly as it does on one host.
 
 The driver stays the only writer to the storage: results, artifacts (shipped back as bytes)
 and verdicts all pass through it. A worker or node that dies mid-trial ends that trial as an
@@ -65,67 +65,80 @@ def connect(address: str) -> None:
 # --------------------------------------------------------------------------- on the node
 
 
-class _Trial:
-    """One trial on the node that admitted it; the driver calls ``run`` once and ``poll``/``decide`` meanwhile."""
+class _Agent:
+    """A GPU host's agent: runs the trials the driver sends it, one at a time, on its own node.
+
+    It lives as long as the study (a fresh worker per trial would pay Python's imports each time);
+    messages and verdicts are keyed by trial marker, so a poll left over from the previous trial
+    can never take the next one's.
+    """
 
     def __init__(self) -> None:
-        self._messages: list[Message] = []
+        self._messages: dict[str, list[Message]] = {}  # by marker, while that trial runs
+        self._verdicts: dict[tuple[str, int], bool] = {}  # (marker, level index) -> keep
         self._changed = threading.Condition()
-        self._verdicts: dict[int, bool] = {}
 
     def run(self, job: Job, emulate: bool) -> tuple[TrialResult, dict[str, bytes]]:
         """Run ``job`` here; return its result and its artifact files (relative path -> bytes)."""
+        marker = job.marker
+        with self._changed:
+            self._messages[marker] = []
         host = LocalHost(emulate=emulate, name=os.environ.get(NAME_ENV) or socket.gethostname())
         if os.environ.get(PORT_ENV):
             launch = job.space.launch.model_copy(update={"port": int(os.environ[PORT_ENV])})
             job = dataclasses.replace(job, space=job.space.model_copy(update={"launch": launch}))
-        scratch = Path(tempfile.mkdtemp(prefix=f"{job.marker}-"))
-        self._say(("placed", (host.name, ray.get_runtime_context().get_node_id())))
+        scratch = Path(tempfile.mkdtemp(prefix=f"{marker}-"))
+        self._say(marker, ("placed", (host.name, ray.get_runtime_context().get_node_id())))
         levels = 0
 
         def on_level(level: LevelResult) -> bool:
             nonlocal levels
-            step, levels = levels, levels + 1
-            self._say(("level", level))
+            step, levels = (marker, levels), levels + 1
+            self._say(marker, ("level", level))
             with self._changed:
                 self._changed.wait_for(lambda: step in self._verdicts)
                 return self._verdicts.pop(step)
 
         try:
-            result = run_job(job, host, on_event=lambda event: self._say(("event", event)), on_level=on_level,
-                             trial_dir=scratch)
+            result = run_job(job, host, on_event=lambda event: self._say(marker, ("event", event)),
+                             on_level=on_level, trial_dir=scratch)
             result.artifacts = job.trial_dir
             files = {str(p.relative_to(scratch)): p.read_bytes() for p in scratch.rglob("*") if p.is_file()}
             files["result.json"] = (json.dumps(result.to_dict(), indent=2) + "\n").encode()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            with self._changed:
+                self._messages.pop(marker, None)
+                self._changed.notify_all()
         if result.startup is not None:  # the log watcher holds threads; the driver needs only the record
             result.startup = dataclasses.replace(result.startup, watch=None)
         return result, files
 
-    def poll(self, timeout: float) -> list[Message]:
-        """What happened since the last poll; waits up to ``timeout`` s for something."""
+    def poll(self, marker: str, timeout: float) -> list[Message]:
+        """What trial ``marker`` did since the last poll; waits up to ``timeout`` s for something."""
         with self._changed:
-            self._changed.wait_for(lambda: self._messages, timeout=timeout)
-            taken, self._messages = self._messages, []
+            self._changed.wait_for(lambda: self._messages.get(marker, True), timeout=timeout)
+            taken = self._messages.get(marker, [])
+            if marker in self._messages:
+                self._messages[marker] = []
         return taken
 
-    def decide(self, step: int, keep: bool) -> None:
-        """The driver's verdict on level ``step``: False prunes (the ladder stops, the server is torn down)."""
+    def decide(self, marker: str, step: int, keep: bool) -> None:
+        """The driver's verdict on a level: False prunes (the ladder stops, the server is torn down)."""
         with self._changed:
-            self._verdicts[step] = keep
+            self._verdicts[(marker, step)] = keep
             self._changed.notify_all()
 
-    def _say(self, message: Message) -> None:
+    def _say(self, marker: str, message: Message) -> None:
         with self._changed:
-            self._messages.append(message)
+            self._messages.setdefault(marker, []).append(message)
             self._changed.notify_all()
 
 
-# One trial per host (the resource); no CPU reserved (the server's GPUs are the constraint); threads
-# so polls and verdicts are served while ``run`` works; never restarted or retried.
-_TrialActor = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4, max_restarts=0,
-                         max_task_retries=0)(_Trial)
+# One agent per host (it holds the resource); no CPU reserved (the server's GPUs are the constraint);
+# threads so polls and verdicts are served while ``run`` works; never restarted or retried.
+_AgentActor = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4, max_restarts=0,
+                         max_task_retries=0)(_Agent)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -141,7 +154,7 @@ def _sweep(marker: str) -> int:
 class _Remote:
     job: Job
     hooks: Hooks
-    actor: Any  # the _TrialActor handle
+    actor: Any  # the _AgentActor handle running it
     run: ray.ObjectRef
     poll: ray.ObjectRef | None
     node: str | None = None  # Ray node id, once known
@@ -158,6 +171,7 @@ class RayRunner:
         self.address = address
         self.emulate = emulate
         self._running: dict[ray.ObjectRef, _Remote] = {}  # by the run ref
+        self._idle: list[Any] = []  # agents whose host is free
         if self.capacity() == 0:
             ray.shutdown()
             raise BadInput(f"the Ray cluster at {address} has no node with the {RESOURCE!r} resource; on each GPU "
@@ -171,9 +185,9 @@ class RayRunner:
         return max(0, self.capacity() - len(self._running))
 
     def start(self, job: Job, hooks: Hooks) -> None:
-        actor = _TrialActor.remote()
+        actor = self._idle.pop() if self._idle else _AgentActor.remote()  # a new agent claims a free host
         run = actor.run.remote(job, self.emulate)
-        self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(POLL_S))
+        self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(job.marker, POLL_S))
 
     def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
         polls = {r.poll: r for r in self._running.values() if r.poll is not None}
@@ -200,6 +214,9 @@ class RayRunner:
 
     def close(self) -> None:
         self.cancel()
+        for actor in self._idle:
+            ray.kill(actor)
+        self._idle.clear()
         ray.shutdown()
 
     # -- internals ----------------------------------------------------------------------------
@@ -211,7 +228,7 @@ class RayRunner:
             remote.poll = None
             return
         self._dispatch(remote, messages)
-        remote.poll = remote.actor.poll.remote(POLL_S)
+        remote.poll = remote.actor.poll.remote(remote.job.marker, POLL_S)
 
     def _dispatch(self, remote: _Remote, messages: list[Message]) -> None:
         for kind, data in messages:
@@ -224,7 +241,7 @@ class RayRunner:
                 remote.hooks.event(data)
             elif kind == "level":  # GPU telemetry comes back in the result, recorded by the trial itself
                 keep = remote.hooks.level(data, [])
-                remote.actor.decide.remote(remote.steps, keep)
+                remote.actor.decide.remote(remote.job.marker, remote.steps, keep)
                 remote.steps += 1
 
     def _collect(self, remote: _Remote) -> tuple[Job, TrialResult]:
@@ -232,15 +249,14 @@ class RayRunner:
         try:
             result, files = ray.get(remote.run)
         except RayActorError as exc:  # anything else (a bug in the trial) stops the study, as on one host
-            self._lose(remote)
+            self._lose(remote)  # its host's resource comes free when the agent is gone; a new agent claims it
             where = f" on {remote.host}" if remote.host else ""
             message = (f"the Ray worker running this trial{where} died ({type(exc).__name__}: the node was lost "
                        "or the worker killed); not the config's fault")
             return remote.job, TrialResult(outcome="infrastructure", artifacts=remote.job.trial_dir,
                                            marker=remote.job.marker,
                                            failure=Failure("worker_lost", remote.phase, "", True, message))
-        finally:
-            ray.kill(remote.actor)  # frees its host for the next trial at once
+        self._idle.append(remote.actor)
         for name, data in files.items():
             path = remote.job.trial_dir / name
             path.parent.mkdir(parents=True, exist_ok=True)

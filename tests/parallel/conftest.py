@@ -84,9 +84,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
             cluster.shutdown()  # only the processes this fixture started
 
 
-def marker_processes() -> dict[int, str]:
-    """Live processes carrying a trial marker: pid -> marker."""
-    prefix = f"{MARKER_ENV}=".encode()
+def marker_processes(study: str) -> dict[int, str]:
+    """Live processes carrying a trial marker of ``study``: pid -> marker (other people's studies run here too)."""
+    prefix = f"{MARKER_ENV}=search-{study}-".encode()
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -96,7 +96,7 @@ def marker_processes() -> dict[int, str]:
             state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        markers = [item[len(prefix):].decode() for item in env if item.startswith(prefix)]
+        markers = [item[len(MARKER_ENV) + 1:].decode() for item in env if item.startswith(prefix)]
         if markers and state not in ("Z", "X"):
             found[int(entry.name)] = markers[0]
     return found

@@ -22,7 +22,7 @@ def _kill_a_worker_mid_trial(driver: subprocess.Popen, name: str, timeout: float
     """SIGKILL the Ray worker running a non-baseline trial once its server is up; (its marker, worker pid)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and driver.poll() is None:
-        servers = marker_processes()
+        servers = marker_processes(name)
         for pid, marker in servers.items():
             number = int(marker.removeprefix(f"search-{name}-").split("-")[0])
             worker = parent(pid)
@@ -41,18 +41,18 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen(
-            ["search", "study", "run", str(space), "--study", "r", "--ray", ray_cluster.address, "--emulate",
+            ["search", "study", "run", str(space), "--study", "ray-kill", "--ray", ray_cluster.address, "--emulate",
              "--n-trials", str(N_TRIALS), "--remeasure", "1", "--seed", "0", "--storage", storage,
              "--trials-dir", str(tmp_path / "trials")],
             stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
         try:
-            killed_marker, _ = _kill_a_worker_mid_trial(driver, "r")
+            killed_marker, _ = _kill_a_worker_mid_trial(driver, "ray-kill")
             assert driver.wait(timeout=200) == 0, log.read_text()
         finally:
             if driver.poll() is None:
                 driver.kill()
     text = log.read_text()
-    study = optuna.load_study(study_name="r", storage=storage)
+    study = optuna.load_study(study_name="ray-kill", storage=storage)
     trials = study.trials
 
     # The killed trial: an infrastructure fault naming the lost worker, re-enqueued with its params.
@@ -61,7 +61,7 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     assert lost.user_attrs["failure"]["kind"] == "worker_lost"
     retry = next(t for t in trials if t.user_attrs.get("retry_of") == lost.number)
     assert retry.params == lost.params and retry.state in (TrialState.COMPLETE, TrialState.PRUNED)
-    assert not marker_processes(), "a lost trial's server was left running"
+    assert not marker_processes("ray-kill"), "a lost trial's server was left running"
 
     # The study finished its budget on both hosts, with trials running at the same time.
     measured = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
@@ -80,6 +80,39 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
 
     # Artifacts came back to the driver; the top configs were re-measured on the cluster.
     best = study.best_trial
-    assert (tmp_path / "trials" / "r" / str(best.number) / "result.json").is_file()
+    assert (tmp_path / "trials" / "ray-kill" / str(best.number) / "result.json").is_file()
     assert study.user_attrs.get("remeasured"), text
     assert f"on {best.user_attrs['host']}" in text  # the progress names the host of each trial
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_tears_down_every_host_and_the_same_command_resumes(ray_cluster: LocalCluster, tmp_path: Path) -> None:
+    space = write_space(tmp_path, time_scale=0.01)
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    command = ["search", "study", "run", str(space), "--study", "ray-ctrl-c", "--ray", ray_cluster.address, "--emulate",
+               "--n-trials", "3", "--remeasure", "0", "--seed", "1", "--storage", storage]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while len(set(marker_processes("ray-ctrl-c").values())) < 2:
+            assert time.monotonic() < deadline and driver.poll() is None, "two trials never ran at once"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)
+        out = driver.communicate(timeout=60)[0].decode()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, out
+    assert not marker_processes("ray-ctrl-c"), "a server outlived Ctrl-C"
+    study = optuna.load_study(study_name="ray-ctrl-c", storage=storage)
+    interrupted = [t for t in study.trials if (t.user_attrs.get("failure") or {}).get("kind") == "interrupted"]
+    assert interrupted and all(t.state == TrialState.FAIL for t in interrupted)
+    assert not study.get_trials(states=(TrialState.RUNNING,))
+
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=150)
+    assert again.returncode == 0, again.stdout + again.stderr
+    study = optuna.load_study(study_name="ray-ctrl-c", storage=storage)
+    retried = {t.user_attrs.get("retry_of") for t in study.trials} & {t.number for t in interrupted}
+    assert retried == {t.number for t in interrupted}
+    assert sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials) >= 3
