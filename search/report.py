@@ -440,14 +440,16 @@ def startup(study: optuna.Study, palette: Palette) -> Section:
 
 
 def power(study: optuna.Study, palette: Palette) -> Section:
-    """GPU power drawn at each level against the board limit, where the host reported it."""
-    trials = [t for t in _finished(study) if t.user_attrs.get("gpu")]
+    """Mean power per GPU at each level against the board limit, where the host reported it."""
+    readings = {t.number: [g for g in t.user_attrs.get("gpu", []) if g.get("power_w") is not None]
+                for t in _finished(study)}
+    trials = [t for t in _finished(study) if readings[t.number]]
     if not trials:
         return Section("power", "GPU power", "", None, "no GPU power was recorded (the host gave no nvidia-smi readings)")
     fig = go.Figure()
     highlighted = {palette.baseline, *palette.top}
     for t in sorted(trials, key=lambda t: t.number in highlighted):
-        samples = t.user_attrs["gpu"]
+        samples = readings[t.number]
         mine = t.number in highlighted
         fig.add_trace(go.Scatter(
             x=[g["concurrency"] for g in samples], y=[g["power_w"] for g in samples], mode="lines+markers",
@@ -455,13 +457,14 @@ def power(study: optuna.Study, palette: Palette) -> Section:
                                                           "width": 2.5 if mine else 1},
             customdata=[g.get("utilization_pct") for g in samples],
             hovertemplate=f"{palette.label(t)}<br>concurrency %{{x}}: %{{y:,.0f}} W, %{{customdata:.0f}}% busy<extra></extra>"))
-    limit = max((g.get("power_limit_w") or 0.0 for t in trials for g in t.user_attrs["gpu"]), default=0.0)
+    limit = max((g.get("power_limit_w") or 0.0 for t in trials for g in readings[t.number]), default=0.0)
     _slo_line(fig, limit, f"power limit {limit:,.0f} W")
-    ticks = sorted({g["concurrency"] for t in trials for g in t.user_attrs["gpu"]})
+    ticks = sorted({g["concurrency"] for t in trials for g in readings[t.number]})
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(c) for c in ticks], title="concurrency (requests)")
-    fig.update_yaxes(title="power, all GPUs (W)", rangemode="tozero")
+    fig.update_yaxes(title="power per GPU (W)", rangemode="tozero")
     return Section("power", "GPU power against its limit",
-                   "Board power summed over the server's GPUs at the end of each level; grey lines are the other trials.",
+                   "Mean board power per GPU of the server over each level, against the board limit; grey lines are "
+                   "the other trials.",
                    _style(fig, 380))
 
 
