@@ -147,8 +147,10 @@ def report(
     out: Optional[Path] = typer.Option(None, "-o", "--output", help="HTML file to write (default: report-NAME.html)."),
     storage: str = _STORAGE,
 ) -> None:
-    """One self-contained HTML page: the winner against the baseline, history, per-level and latency
-    charts, importances, what crashed where, startup phases, GPU power and time. Opens offline."""
+    """Write one self-contained HTML page on the study (opens offline).
+
+    The winner against the baseline, history, per-level and latency charts, importances, what
+    crashed where, startup phases, GPU power and time (docs/report.md)."""
     import re
 
     from search.report import write
