@@ -84,7 +84,8 @@ def test_disconnect_frees_the_slot(start) -> None:
     with client(server) as c:
         with c.stream("POST", "/v1/completions", json={"prompt": "a", "max_tokens": 100000, "ignore_eos": True,
                                                         "stream": True}) as r:
-            next(r.iter_lines())
+            lines = r.iter_lines()  # kept: a dropped iterator is closed at once, and closes the stream
+            next(lines)
             assert _metric(c, "sglang:num_running_reqs") == 1
         done = c.post("/v1/completions", json={"prompt": "b", "max_tokens": 3}, timeout=10)
         assert done.status_code == 200 and _metric(c, "sglang:num_running_reqs") == 0
