@@ -496,7 +496,7 @@ def gpu_time(study: optuna.Study) -> Section:
 # --------------------------------------------------------------------------- the page
 
 
-def _headline(study: optuna.Study, space: Space, storage: str, palette: Palette) -> str:
+def _headline(study: optuna.Study, storage: str) -> str:
     """Best against baseline, the flags that changed, the re-measured spread, the export command."""
     gain = results.gain(study)
     storage_opt = "" if storage == DEFAULT_STORAGE else f" --storage {storage}"
@@ -506,11 +506,11 @@ def _headline(study: optuna.Study, space: Space, storage: str, palette: Palette)
                 'a completed trial that meets the SLOs before it can name a best config.</p></section>')
     best = results.trial(study, gain["best_trial"])
     base = results.trial(study, gain["baseline_trial"])
-    row = results.row(best, dict(space.baseline or {}), list(space.load_test.concurrency), remeasured(study))
-    values = [best.value, *remeasured(study).get(best.number, [])]
+    again = remeasured(study).get(best.number, [])
+    values = [best.value, *again]
     spread = (f"re-measured {len(values)}×: {', '.join(f'{v:,.0f}' for v in values)} tok/s "
               f"(spread {max(values) - min(values):,.0f}, {((max(values) - min(values)) / statistics.fmean(values)):.1%})"
-              if row["repeats"] else "measured once (the study ended before re-measuring)")
+              if again else "measured once (the study ended before re-measuring)")
     flags = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(old)}</td><td>→</td>"
                     f"<td><b>{html.escape(new)}</b></td></tr>" for n, old, new in _diff(best.params, base.params))
     at = best.user_attrs.get("peak_concurrency")
@@ -551,12 +551,15 @@ def _ranking(study: optuna.Study) -> str:
     head = "<tr><th>#</th><th>trial</th><th>outcome</th><th>tok/s</th><th>at</th><th>p99 TTFT ms</th>" \
            "<th>p99 ITL ms</th><th>changed from baseline</th></tr>"
 
+    def known(v: Any) -> bool:  # pandas gives NaN for a missing number
+        return v is not None and not (isinstance(v, float) and math.isnan(v))
+
     def cell(v: Any, digits: int = 0) -> str:
-        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+        return f"{v:,.{digits}f}" if known(v) else ""
 
     body = "".join(
         f"<tr><td>{r['rank']}</td><td>#{r['trial']}</td><td>{html.escape(r['outcome'])}</td>"
-        f"<td class=num>{cell(r['mean_tok_s'] if r['mean_tok_s'] is not None and not math.isnan(r['mean_tok_s']) else r['peak_tok_s'])}</td>"
+        f"<td class=num>{cell(r['mean_tok_s'] if known(r['mean_tok_s']) else r['peak_tok_s'])}</td>"
         f"<td class=num>{cell(r['at_concurrency'])}</td><td class=num>{cell(r['p99_ttft_ms'])}</td>"
         f"<td class=num>{cell(r['p99_itl_ms'], 1)}</td><td><code>{html.escape(r['changed'])}</code></td></tr>"
         for r in frame.to_dict(orient="records"))
@@ -589,7 +592,6 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
     if not _finished(study):
         raise BadInput(f"study {study.study_name!r} has no finished trial yet; report it once a trial has run")
     space = space_of(study)
-    palette = _palette(study)
     charts = "\n".join(_section_html(s) for s in sections(study, space))
     started = min((t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start), default=None)
     subtitle = " · ".join(x for x in (
@@ -600,7 +602,7 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
     return page.substitute(
         title=html.escape(f"search · {study.study_name}"), study=html.escape(study.study_name),
         subtitle=html.escape(subtitle), plotlyjs=get_plotlyjs(), kpis=_kpis(study),
-        headline=_headline(study, space, storage, palette), charts=charts, ranking=_ranking(study),
+        headline=_headline(study, storage), charts=charts, ranking=_ranking(study),
         generated=f"{datetime.now():%Y-%m-%d %H:%M}")
 
 

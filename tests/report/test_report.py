@@ -40,7 +40,7 @@ def test_page_loads_without_console_errors(seen: tuple[PageView, Path]) -> None:
 
 def test_every_chart_drew_data(seen: tuple[PageView, Path]) -> None:
     looked, _ = seen
-    assert looked.missing == []  # no section fell back to "no data yet"
+    assert looked.missing == [], looked.text  # no section fell back to "no data yet"
     by_key = {c["key"]: c for c in looked.charts}
     assert sorted(by_key) == sorted(CHARTS)
     for key, chart in by_key.items():
