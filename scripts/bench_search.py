@@ -19,6 +19,7 @@ within N trials.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -44,6 +45,8 @@ DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "
 DEFAULT_TIMEOUT = 900.0
 SAMPLER_KINDS = ("ours", "tpe", "random", "grid")
 OPTIMUM_POINTS = 9
+# Enumerated optima by (space file, landscape file, grid) content: repeated runs skip the enumeration.
+OPTIMUM_CACHE = Path(__file__).resolve().parent.parent / "build" / "bench_search_optimum"
 
 
 @dataclass
@@ -92,15 +95,22 @@ def load_landscape(path: Path) -> ModuleType:
 class Simulator:
     """Runs a config on a landscape: startup outcome, per-level throughput, GPU seconds."""
 
-    def __init__(self, problem: Problem, landscape: ModuleType) -> None:
+    def __init__(self, problem: Problem, landscape: ModuleType,
+                 to_flags: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, str]]] | None = None) -> None:
         self.problem = problem
         self.land = landscape
+        self._to_flags = to_flags or problem.to_flags
+        # Every config's flags are kept (a study revisits configs), except on a given fast path,
+        # which enumerates far too many to keep: there only the last one is.
+        self._keep_all = to_flags is None
         self._flags: dict[tuple, tuple[dict[str, Any], dict[str, str]]] = {}
 
     def flags(self, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        key = tuple(sorted(config.items()))
+        key = tuple(sorted(config.items(), key=lambda kv: kv[0]))
         if key not in self._flags:
-            self._flags[key] = self.problem.to_flags(config)
+            if not self._keep_all:
+                self._flags.clear()
+            self._flags[key] = self._to_flags(config)
         return self._flags[key]
 
     def phases(self, flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
@@ -158,6 +168,53 @@ def as_failure(landscape_failure: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "phase": landscape_failure.get("phase"), "line": line, "message": line}
 
 
+_ABSENT = object()  # a conditional parameter left out of a config
+
+
+class FlagComposer:
+    """Flags of a grid config from per-value deltas against the baseline: the enumeration's fast path.
+
+    Rendering and parsing a config costs milliseconds, and a fine grid has 10^5 configs; but each
+    parameter usually maps to its own flags, so a config's flags are the baseline's with every
+    parameter's change applied. `verified` checks that on a sample against the real conversion.
+    """
+
+    def __init__(self, sim: Simulator, grid: Mapping[str, list[Any]]) -> None:
+        self.sim = sim
+        self.base = dict(sim.problem.space.baseline)
+        self.flags0, self.env0 = sim.flags(self.base)
+        self.deltas: dict[tuple[str, Any], tuple[dict[str, Any], dict[str, str | None]]] = {}
+        for name, values in grid.items():
+            for value in [*values, _ABSENT]:
+                config = {k: v for k, v in {**self.base, name: value}.items() if v is not _ABSENT}
+                flags, env = sim.flags(config)
+                self.deltas[(name, _key(value))] = (
+                    {k: v for k, v in flags.items() if self.flags0.get(k, _ABSENT) != v},
+                    {k: env.get(k) for k in {*env, *self.env0} if env.get(k) != self.env0.get(k)})
+
+    def flags(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        flags, env = dict(self.flags0), dict(self.env0)
+        for name in {*config, *self.base}:
+            value = config.get(name, _ABSENT)
+            if value is _ABSENT and name not in self.base or self.base.get(name, _ABSENT) == value:
+                continue
+            dflags, denv = self.deltas[(name, _key(value))]
+            flags.update(dflags)
+            for k, v in denv.items():
+                if v is None:
+                    env.pop(k, None)
+                else:
+                    env[k] = v
+        return flags, env
+
+    def verified(self, configs: list[dict[str, Any]]) -> bool:
+        return all(self.flags(c) == self.sim.problem.to_flags(c) for c in configs)
+
+
+def _key(value: Any) -> Any:
+    return "<absent>" if value is _ABSENT else (type(value).__name__, value)
+
+
 _SIM: Simulator | None = None  # the simulator forked workers use
 
 
@@ -167,15 +224,35 @@ def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
     assert _SIM is not None
     space = _SIM.problem.space
     grid = grid_space(space, OPTIMUM_POINTS)
+    configs = (space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+               for i, combo in enumerate(itertools.product(*grid.values())) if i % of == index)
+    sample = list(itertools.islice(configs, 0, None, 997))[:60]
+    composer = FlagComposer(_SIM, grid)
+    fast = Simulator(_SIM.problem, _SIM.land, composer.flags) if composer.verified(sample) else _SIM
     best: tuple[float, dict[str, Any]] = (0.0, {})
     for i, combo in enumerate(itertools.product(*grid.values())):
         if i % of != index:
             continue
         config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
-        value = _SIM.true_value(config)
+        value = fast.true_value(config)
         if value is not None and value > best[0]:
             best = (value, config)
     return best
+
+
+def cached_optimum(sim: Simulator, space_path: Path, landscape_path: Path, jobs: int = 1) -> tuple[float, dict[str, Any]]:
+    """`optimum`, remembered under build/ keyed by the contents of the space and landscape files."""
+    key = hashlib.sha256(space_path.read_bytes() + b"\0" + landscape_path.read_bytes()
+                         + f"\0{OPTIMUM_POINTS}".encode()).hexdigest()[:24]
+    path = OPTIMUM_CACHE / f"{key}.json"
+    if path.exists():
+        found = json.loads(path.read_text())
+        return float(found["value"]), dict(found["config"])
+    value, config = optimum(sim, jobs)
+    OPTIMUM_CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"value": value, "config": config, "space": str(space_path),
+                                "landscape": str(landscape_path)}))
+    return value, config
 
 
 def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
@@ -277,10 +354,16 @@ def _run_task(task: tuple[str, int, int, float]) -> list[dict[str, Any]]:
 
 
 def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, noise: float,
-          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1) -> dict[str, Any]:
-    """The whole benchmark for one space and landscape, as a JSON-ready dict."""
+          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1,
+          cache_key: tuple[Path, Path] | None = None) -> dict[str, Any]:
+    """The whole benchmark for one space and landscape, as a JSON-ready dict.
+
+    With `cache_key` (the space and landscape files) the enumerated optimum is cached under build/.
+    """
+    global _SIM
     sim = Simulator(problem, landscape)
-    best, best_config = optimum(sim, jobs)
+    best, best_config = cached_optimum(sim, *cache_key, jobs) if cache_key else optimum(sim, jobs)
+    _SIM = sim
     if best <= 0:
         raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
     tasks = [(kind, seed, trials, noise) for kind in samplers for seed in range(seeds)]
@@ -311,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     result = bench(load_problem(args.space), load_landscape(args.landscape), trials=args.trials,
-                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")), jobs=args.jobs)
+                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")), jobs=args.jobs,
+                   cache_key=(args.space, args.landscape))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
         return 0

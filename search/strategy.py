@@ -61,6 +61,12 @@ _SWEEP_FROM_WORKING = "sweep_from_working"
 # Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
 # of the incumbent at half the previous distance (a pattern search), catching interactions.
 SWEEP_PASSES = 2
+# Pass -1 screens: each parameter's single most different value from the centre. Only parameters
+# whose screen moved throughput beyond NOISE_MARGIN (or crashed) get their other values swept.
+SCREEN_PASS = -1
+SCREEN = True
+EXPAND_UNORDERED = False
+_SCREEN_REF = "screen_ref"  # user attr of a screen: the centre's score when it was planned
 _SKIPPED = "skipped"
 _PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
 # A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
@@ -140,6 +146,25 @@ def neighbours(dist: BaseDistribution, value: Any, sweep_pass: int) -> list[Any]
     return out
 
 
+def screen_values(dist: BaseDistribution, value: Any) -> list[Any]:
+    """The one value of a parameter most different from `value` (empty if it has no other).
+
+    A categorical's null choice (SGLang decides) or else its first listed one (space files list the
+    default first), the last one if `value` is already first; a numeric range's farther bound (in
+    log space when the range is log).
+    """
+    if isinstance(dist, CategoricalDistribution):
+        choices = list(dist.choices)
+        if None in choices and value is not None:
+            return [None]
+        other = choices[-1] if value == choices[0] else choices[0]
+        return [other] if other != value else []
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    far = dist.high if abs(to(dist.high) - to(value)) >= abs(to(value) - to(dist.low)) else dist.low
+    return [far] if far != value else []
+
+
 def grid_space(space: SpaceLike, points: int = NUMERIC_POINTS) -> dict[str, list[Any]]:
     """The search space as a grid (for `GridSampler` and for enumerating a landscape's optimum)."""
     return {name: grid_values(dist, points) for name, dist in discover(space).items()}
@@ -164,6 +189,12 @@ def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna
     if name == "grid":
         return optuna.samplers.GridSampler(grid_space(space), seed=seed)
     raise BadInput(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
+
+
+def _unordered(dist: BaseDistribution) -> bool:
+    """A categorical whose choices have no order (backends, levels): one screen says little of the rest."""
+    return isinstance(dist, CategoricalDistribution) and not all(
+        c is None or isinstance(c, (int, float)) for c in dist.choices)
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -266,14 +297,17 @@ class Strategy:
     def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
         """Choices that crashed when the sweep changed only that parameter of a working config.
 
-        Numeric values are left out: their crashes are thresholds that move with other flags
-        (a larger graph batch fits with a smaller memory fraction).
+        Numeric values and out-of-memory crashes are left out: those are thresholds that move with
+        other flags (a larger graph batch fits with a smaller memory fraction), as is a value that
+        has run in any config.
         """
         found: dict[str, list[Any]] = {}
+        ran = [t.params for t in self._working(study)]
         for t in self._finished(study):
             name = t.user_attrs.get(_SWEEP_PARAM)
             categorical = isinstance(self._dists.get(name), CategoricalDistribution)
-            if categorical and t.constraints.get("crashed", 0) > 0 and name in t.params:
+            if (categorical and t.constraints.get("crashed", 0) > 0 and name in t.params
+                    and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
                 found.setdefault(name, []).append(t.params[name])
         return found
 
@@ -329,9 +363,14 @@ class Strategy:
         return []
 
     def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]) -> bool:
-        """Enqueue the configs not already run; True if any was."""
+        """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
         tried = [t.params for t in self._finished(study)]
-        fresh = [dict(c) for c in configs if not any(_same(c, p) for p in tried)]
+        fresh: list[dict[str, Any]] = []
+        for c in configs:
+            if any(_same(c, p) for p in [*tried, *fresh]):
+                continue
+            if attrs.get(_TAG) == "partner" or self._skip_reason(study, c) is None:
+                fresh.append(dict(c))
         for config in fresh:
             study.enqueue_trial(config, user_attrs=dict(attrs))
         return bool(fresh)
@@ -355,11 +394,16 @@ class Strategy:
             if self._enqueue(study, variants, {_TAG: "sweep", _SWEEP_PARAM: "named by the crash", _SWEEP_PASS: 0,
                                                _SWEEP_FROM_WORKING: False}):
                 return
+        if SCREEN and self._plan_screen(study, centre, working):
+            return
+        effects = self._effects(study) if SCREEN else {}
         for sweep_pass in range(SWEEP_PASSES):
             swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials
                      if t.user_attrs.get(_SWEEP_PASS) == sweep_pass and t.user_attrs.get(_SWEEP_FROM_WORKING)}
-            # The space file's order: the user's sense of what matters most.
-            for name in self._dists:
+            # Screened: the parameters that mattered, biggest effect first. Else the space file's
+            # order: the user's sense of what matters most.
+            names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
+            for name in names:
                 if name in swept or name not in centre:
                     continue
                 dist = self._dists[name]
@@ -368,8 +412,79 @@ class Strategy:
                 attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working}
                 if self._enqueue(study, variants, attrs):
                     return
-            if sweep_pass == 0 and working and self._plan_partners(study, centre):
+            if sweep_pass == 0 and working and (self._plan_partners(study, centre)
+                                                or self._plan_inactive(study, centre, swept)):
                 return
+
+    def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
+        """Sweep each parameter the centre leaves inactive from the best working config where it is active.
+
+        A conditional parameter (the graph batch cap while graphs are off) is never varied around a
+        centre without it, yet the best config may need it set: its parent's other branch deserves
+        its own one-flag sweep.
+        """
+        for name, dist in self._dists.items():
+            if name in centre or name in swept:
+                continue
+            holders = [t for t in self._working(study) if name in t.params]
+            if not holders:
+                continue
+            best = max(holders, key=lambda t: self._score(t) or 0.0)
+            variants = [{**best.params, name: v} for v in grid_values(dist) if v != best.params[name]]
+            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: 0, _SWEEP_FROM_WORKING: True}
+            if self._enqueue(study, variants, attrs):
+                return True
+        return False
+
+    # -- screening ---------------------------------------------------------------------------
+    def _score(self, trial: FrozenTrial) -> float | None:
+        """What a finished trial reached: its value, or its best level if pruned; None if it crashed."""
+        if trial.constraints.get("crashed", 0) > 0:
+            return None
+        if trial.state == TrialState.COMPLETE and trial.value is not None:
+            return float(trial.value)
+        return max(trial.intermediate_values.values()) if trial.intermediate_values else 0.0
+
+    def _plan_screen(self, study: optuna.Study, centre: dict[str, Any], working: bool) -> bool:
+        """Enqueue the next parameter's screen (its most different value from the centre), if any.
+
+        Each parameter is screened once from a crashing centre (looking for a change that runs) and
+        once from a working one.
+        """
+        screened = {t.user_attrs.get(_SWEEP_PARAM) for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get(_SWEEP_PASS) == SCREEN_PASS
+                    and bool(t.user_attrs.get(_SWEEP_FROM_WORKING)) == working}
+        ref = max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
+        for name, dist in self._dists.items():
+            if name in screened or name not in centre:
+                continue
+            variants = [{**centre, name: v} for v in screen_values(dist, centre[name])]
+            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: SCREEN_PASS, _SWEEP_FROM_WORKING: working,
+                     _SCREEN_REF: ref}
+            if self._enqueue(study, variants, attrs):
+                return True
+        return False
+
+    def _effects(self, study: optuna.Study) -> dict[str, float]:
+        """Parameters whose screen mattered, by relative change from its centre (a crash, or a run
+        from a crashing centre: infinite).
+
+        A change within NOISE_MARGIN is measurement noise: that parameter's other values are left
+        to the sampler, which has the screen in its history.
+        """
+        effects: dict[str, float] = {}
+        for t in self._finished(study):
+            if t.user_attrs.get(_SWEEP_PASS) != SCREEN_PASS:
+                continue
+            score, ref = self._score(t), float(t.user_attrs.get(_SCREEN_REF) or 0.0)
+            if ref <= 0:
+                effect = 0.0 if score is None else math.inf
+            else:
+                effect = math.inf if score is None else abs(score - ref) / ref
+            name = t.user_attrs[_SWEEP_PARAM]
+            if effect > NOISE_MARGIN or (EXPAND_UNORDERED and _unordered(self._dists[name])):
+                effects[name] = max(effect, effects.get(name, 0.0))
+        return effects
 
     # -- partner moves -----------------------------------------------------------------------
     def _plan_partners(self, study: optuna.Study, centre: dict[str, Any]) -> bool:

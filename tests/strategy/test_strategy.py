@@ -188,3 +188,36 @@ def test_centre_ignores_a_change_that_only_won_by_noise() -> None:
     trial, config = strategy.ask(study)
     strategy.tell(study, trial, "completed", objective=1500.0)
     assert strategy._centre(study) == (config, True)
+
+
+def test_screen_values_pick_the_most_different_value() -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from search.strategy import screen_values
+    assert screen_values(CategoricalDistribution([None, 64, 128]), 64) == [None]
+    assert screen_values(CategoricalDistribution(["auto", "triton", "cutlass"]), "cutlass") == ["auto"]
+    assert screen_values(CategoricalDistribution(["auto", "triton"]), "auto") == ["triton"]
+    assert screen_values(CategoricalDistribution([False, True]), False) == [True]
+    assert screen_values(IntDistribution(32, 2048, log=True), 64) == [2048]
+    assert screen_values(FloatDistribution(0.80, 0.95, step=0.01), 0.92) == [0.80]
+
+
+def test_screening_expands_only_parameters_whose_screen_mattered() -> None:
+    """Each parameter is screened once; then only the ones that moved throughput beyond noise (here
+    the MoE backend) get their other values swept, before the sampler takes over."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    screened: list[str] = []
+    swept: list[str] = []
+    for _ in range(12):
+        trial, config = strategy.ask(study)
+        tag, name = trial.user_attrs["strategy"], trial.user_attrs.get("sweep_param")
+        if tag == "sweep" and trial.user_attrs["sweep_pass"] == -1:
+            screened.append(name)
+        elif tag == "sweep":
+            swept.append(name)
+        value = 1000.0 if config["--moe-runner-backend"] == "flashinfer_cutlass" else 700.0
+        strategy.tell(study, trial, "completed", objective=value)
+    assert screened == list(strategy._dists)
+    assert swept and set(swept) == {"--moe-runner-backend"}
