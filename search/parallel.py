@@ -35,10 +35,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from search.errors import BadInput, InfrastructureFault
+from search.errors import BadInput
 from search.hosts.local import LocalHost
 from search.lifecycle import Failure
-from search.logwatch import Event
 from search.loadtest import LevelResult
 from search.study import Hooks, Job, run_job
 from search.trial import TrialResult
@@ -240,7 +239,7 @@ class RayRunner:
                     remote.phase = data.name
                 remote.hooks.event(data)
             elif kind == "level":  # GPU telemetry comes back in the result, recorded by the trial itself
-                keep = remote.hooks.level(data, [])
+                keep = remote.hooks.level(data)
                 remote.actor.decide.remote(remote.job.marker, remote.steps, keep)
                 remote.steps += 1
 
@@ -280,7 +279,7 @@ class RayRunner:
         try:
             ref = _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(marker)
             return ray.get(ref, timeout=SWEEP_TIMEOUT_S)
-        except (RayError, GetTimeoutError, InfrastructureFault):  # the node is gone: so are its processes
+        except (RayError, GetTimeoutError):  # the node is gone: so are its processes
             return 0
 
 

@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import socket
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -143,7 +142,7 @@ class Hooks:
 
     placed: Callable[[str], None] = lambda host: None  # the job started on this host
     event: Callable[[Event], None] = lambda event: None
-    level: Callable[[LevelResult, list[dict[str, Any]]], bool] = lambda level, gpu: True  # False prunes
+    level: Callable[[LevelResult], bool] = lambda level: True  # False prunes
 
 
 class Runner(Protocol):
@@ -186,21 +185,6 @@ def run_job(job: Job, host: Host, *, on_event: Callable[[Event], None] | None = 
                            failure=Failure("infrastructure", "starting", str(exc), True, str(exc)))
 
 
-def gpu_record(host: Host, concurrency: int) -> list[dict[str, Any]]:
-    """Power and utilisation of the host's GPUs at the end of a level, where the host reports them."""
-    try:
-        samples = host.gpu_samples()
-    except InfrastructureFault:
-        return []
-    known = [s for s in samples or () if s.power_w is not None]
-    if not known:
-        return []
-    return [{"concurrency": concurrency,
-             "power_w": round(sum(s.power_w or 0.0 for s in known), 1),
-             "power_limit_w": round(sum(s.power_limit_w or 0.0 for s in known), 1),
-             "utilization_pct": round(statistics.fmean(s.utilization_pct or 0.0 for s in known), 1)}]
-
-
 class InProcessRunner:
     """One job at a time in this process, on the hosts of ``pool`` in turn.
 
@@ -239,8 +223,8 @@ class InProcessRunner:
         if self._job is None:
             return []
         job, hooks, host = self._job
-        try:  # the trial records its own GPU telemetry (TrialResult.gpu): nothing to relay per level
-            result = run_job(job, host, on_event=hooks.event, on_level=lambda level: hooks.level(level, []))
+        try:  # the trial records its own GPU telemetry (TrialResult.gpu)
+            result = run_job(job, host, on_event=hooks.event, on_level=hooks.level)
         finally:  # KeyboardInterrupt: run_trial already tore the server down
             self._job = None
         return [(job, result)]
@@ -262,7 +246,6 @@ class _Running:
     trial: optuna.Trial
     config: dict[str, Any]
     levels: list[LevelResult] = field(default_factory=list)
-    gpu: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- the run
@@ -397,7 +380,7 @@ class StudyRun:
         except BaseException:
             self.runner.cancel()
             for running in self._running.values():
-                self._record_levels(running.trial, running.levels, running.gpu)
+                self._record_levels(running.trial, running.levels, [])
                 self.strategy.tell(self.study, running.trial, "infrastructure", failure={
                     "kind": "interrupted", "phase": running.trial.user_attrs.get("phase", "starting"), "line": "",
                     "message": "stopped by Ctrl-C, SIGTERM or the study stopping; run the study again to measure it"})
@@ -421,9 +404,8 @@ class StudyRun:
             trial.set_user_attr("host", host)
             self.listener.placed(number, host)
 
-        def level(result: LevelResult, gpu: list[dict[str, Any]]) -> bool:
+        def level(result: LevelResult) -> bool:
             running.levels.append(result)
-            running.gpu.extend(gpu)
             self.listener.level(number, result)
             return self.strategy.on_level(self.study, trial, len(running.levels) - 1, result.max_concurrency,
                                           result.output_throughput)
@@ -445,7 +427,7 @@ class StudyRun:
             baseline = self._baseline_answers(trial.number)
             if baseline is not None:
                 result.answers_differ = bool(correctness.compare(baseline, result.answers))
-        self._record(trial, result, result.gpu or running.gpu)  # a lost worker's levels only reached the driver
+        self._record(trial, result, result.gpu)
         self.listener.trial_done(self.study.trials[trial.number])
         if result.outcome == "infrastructure":
             self._count_infra(config, trial.number, result)

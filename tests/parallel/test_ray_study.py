@@ -12,6 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from search.cli import app
 
 from tests.parallel.conftest import LocalCluster, marker_processes, parent, write_space
 
@@ -83,6 +86,8 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     assert (tmp_path / "trials" / "ray-kill" / str(best.number) / "result.json").is_file()
     assert study.user_attrs.get("remeasured"), text
     assert f"on {best.user_attrs['host']}" in text  # the progress names the host of each trial
+    shown = CliRunner().invoke(app, ["study", "show", "ray-kill", "--storage", storage]).output
+    assert all(host in shown for host in ray_cluster.hosts), shown  # `study show` says which host ran each
 
 
 @pytest.mark.timeout(180)
