@@ -6,16 +6,25 @@ problem; the strategy adds what we know:
 
 - the baseline is the user's config: it runs first; if it crashes, every value of each parameter its
   failure line names is tried (SGLang's errors say which flag to change);
-- a coordinate sweep changes one parameter at a time from the best working config (greedy, but a
-  change that wins only by noise does not move the centre), which finds the big single-flag wins
+- screening: each parameter first gets one trial, its most different value from the best working
+  config (the null/default choice, the far end of a range); only the parameters whose screen moved
+  throughput beyond noise (or crashed) get their other values swept, biggest effect first, so
+  parameters that do nothing (an NCCL level) cost one trial instead of a whole sweep;
+- that coordinate sweep changes one parameter at a time from the best working config (greedy, but
+  a change that wins only by noise does not move the centre), which finds the big single-flag wins
   (a cap removed, graphs off, another backend) and maps crashing values;
 - a value that crashed alone is retried with one partner change (a larger graph batch may fit with
-  a smaller memory fraction): the parameters its failure names, or the numeric ones after an OOM;
+  a smaller memory fraction): the other parameters its failure names (none if it names only the
+  crashed one), or the numeric ones after an out-of-memory crash that names nothing;
+- a conditional parameter the best config leaves inactive (the graph batch cap while graphs are
+  off) is swept from the best config where it is active; the other choices of an unordered
+  categorical (a backend) whose one screen showed nothing are swept last;
 - then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials;
 - the ladder gives early evidence: a trial below the space's per-level target, or well below what
   completed trials reached at the same level, is pruned after that level;
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
-  it); a value that crashed alone in the sweep is not started again; an exact repeat of a measured
+  it); a choice that crashed alone in the sweep is not started again unless it was out of memory
+  (a threshold that moves with other flags); an exact repeat of a measured
   config is not started again (noise is handled by the end-of-study re-measurement instead);
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
@@ -64,8 +73,7 @@ SWEEP_PASSES = 2
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
 # whose screen moved throughput beyond NOISE_MARGIN (or crashed) get their other values swept.
 SCREEN_PASS = -1
-SCREEN = True
-EXPAND_UNORDERED = False
+SCREEN = True  # False: sweep every parameter in the space's order (the benchmark's ablation)
 _SCREEN_REF = "screen_ref"  # user attr of a screen: the centre's score when it was planned
 _SKIPPED = "skipped"
 _PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
@@ -403,18 +411,32 @@ class Strategy:
             # Screened: the parameters that mattered, biggest effect first. Else the space file's
             # order: the user's sense of what matters most.
             names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
-            for name in names:
-                if name in swept or name not in centre:
-                    continue
-                dist = self._dists[name]
-                values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
-                variants = [{**centre, name: v} for v in values if v != centre[name]]
-                attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working}
-                if self._enqueue(study, variants, attrs):
-                    return
+            if self._sweep(study, centre, working, names, sweep_pass, swept):
+                return
             if sweep_pass == 0 and working and (self._plan_partners(study, centre)
                                                 or self._plan_inactive(study, centre, swept)):
                 return
+            # An unordered categorical's screen tried one choice of several: sweep the rest last.
+            unordered = [n for n, d in self._dists.items() if SCREEN and _unordered(d)]
+            if sweep_pass == 0 and working and self._sweep(study, centre, working, unordered, sweep_pass, swept):
+                return
+
+    def _sweep(self, study: optuna.Study, centre: dict[str, Any], working: bool, names: Iterable[str],
+               sweep_pass: int, swept: set[Any]) -> bool:
+        """Enqueue the first of `names` not yet swept in this pass: its values with the rest of the centre."""
+        for name in names:
+            if name in swept or name not in centre:
+                continue
+            dist = self._dists[name]
+            values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
+            variants = [{**centre, name: v} for v in values if v != centre[name]]
+            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working}
+            if self._enqueue(study, variants, attrs):
+                return True
+        return False
+
+    def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
+        return max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
         """Sweep each parameter the centre leaves inactive from the best working config where it is active.
@@ -454,7 +476,7 @@ class Strategy:
         screened = {t.user_attrs.get(_SWEEP_PARAM) for t in study.get_trials(deepcopy=False)
                     if t.user_attrs.get(_SWEEP_PASS) == SCREEN_PASS
                     and bool(t.user_attrs.get(_SWEEP_FROM_WORKING)) == working}
-        ref = max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
+        ref = self._centre_score(study, centre)
         for name, dist in self._dists.items():
             if name in screened or name not in centre:
                 continue
@@ -482,7 +504,7 @@ class Strategy:
             else:
                 effect = math.inf if score is None else abs(score - ref) / ref
             name = t.user_attrs[_SWEEP_PARAM]
-            if effect > NOISE_MARGIN or (EXPAND_UNORDERED and _unordered(self._dists[name])):
+            if effect > NOISE_MARGIN:
                 effects[name] = max(effect, effects.get(name, 0.0))
         return effects
 
@@ -491,8 +513,9 @@ class Strategy:
         """Retry each value that crashed alone together with one other change: the crash may need a partner.
 
         A larger graph batch that runs out of memory may fit with a smaller memory fraction. The
-        partners of a crash: the parameters its failure line names, else (an out-of-memory crash)
-        every numeric parameter's swept values that ran alone. One batch per crash.
+        partners of a crash: the other parameters its failure line names (none when it names only
+        the crashed one: the fix is that parameter's own value), else (an out-of-memory crash that
+        names nothing) every numeric parameter's swept values that ran alone. One batch per crash.
         """
         done = {t.user_attrs.get(_PAIR_OF) for t in study.get_trials(deepcopy=False) if _PAIR_OF in t.user_attrs}
         ran_alone: dict[str, list[Any]] = {}
@@ -510,9 +533,9 @@ class Strategy:
             key = f"{name}={value!r}"
             if key in done or centre.get(name) == value:
                 continue
-            text = _failure_text(t)
-            partners = [q for q in named_in(text, self._dists) if q != name]
-            if not partners and _failure_kind(t) == "oom":
+            named = named_in(_failure_text(t), self._dists)
+            partners = [q for q in named if q != name]
+            if not named and _failure_kind(t) == "oom":
                 partners = [q for q, d in self._dists.items()
                             if q != name and not isinstance(d, CategoricalDistribution)]
             pairs = [{**centre, name: value, q: w} for q in partners for w in ran_alone.get(q, [])

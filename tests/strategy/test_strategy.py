@@ -221,3 +221,47 @@ def test_screening_expands_only_parameters_whose_screen_mattered() -> None:
         strategy.tell(study, trial, "completed", objective=value)
     assert screened == list(strategy._dists)
     assert swept and set(swept) == {"--moe-runner-backend"}
+
+
+def test_parameter_inactive_at_the_centre_is_swept_where_it_is_active() -> None:
+    """Graphs off wins, so the graph batch cap drops out of the centre; it is still swept, from the
+    best config that captures graphs."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    for _ in range(20):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs.get("sweep_param") == "--cuda-graph-max-bs-decode" and trial.user_attrs["sweep_pass"] == 0:
+            break
+        strategy.tell(study, trial, "completed", objective=1500.0 if config["--disable-cuda-graph"] else 1000.0)
+    assert strategy._centre(study)[0]["--disable-cuda-graph"] is True
+    assert trial.user_attrs.get("sweep_param") == "--cuda-graph-max-bs-decode"
+    assert config["--disable-cuda-graph"] is False
+
+
+@pytest.mark.parametrize("kind, known", [("oom", False), ("crash", True)])
+def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, known: bool) -> None:
+    strategy = Strategy(FixtureSpace(), seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    for _ in range(10):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs.get("sweep_param") == "--moe-runner-backend":
+            strategy.tell(study, trial, "crashed", failure={"kind": kind, "phase": "autotune", "line": "x", "message": ""})
+            break
+        strategy.tell(study, trial, "completed", objective=1000.0)
+    assert (strategy.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
+
+
+def test_bench_flag_composer_matches_render_and_parse() -> None:
+    from search.strategy import configs_of, grid_space
+    bench = _bench_module()
+    space = FixtureSpace()
+    problem = bench.Problem(space=space, concurrency=LADDER, level_seconds=120, to_flags=to_flags)
+    grid = grid_space(space, 3)
+    composer = bench.FlagComposer(bench.Simulator(problem, object()), grid)
+    configs = configs_of(grid, space)
+    assert any("--cuda-graph-max-bs-decode" not in c for c in configs)
+    assert composer.verified(configs)
+    assert composer.flags(configs[-1]) == to_flags(configs[-1])
