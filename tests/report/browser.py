@@ -14,6 +14,7 @@ import re
 import subprocess
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ Array.from(document.querySelectorAll('[data-chart]')).map(box => {
 
 @dataclass
 class PageView:
+    """What the page did: console errors, what each chart drew, sections without data, its text."""
+
     errors: list[str] = field(default_factory=list)
     charts: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -81,8 +84,6 @@ def _devtools_url(proc: subprocess.Popen[str], timeout: float) -> str:
         if found:
             browser_ws = found.group(1)
             port = re.search(r":(\d+)/", browser_ws).group(1)  # type: ignore[union-attr]
-            import urllib.request
-
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
                 targets = json.load(answer)
             return next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")

@@ -2,8 +2,10 @@
 
 Landscape: the request cap (1 vs SGLang's automatic) decides throughput, ``triton`` crashes in
 autotune with the FlashInfer JIT line, ``cutlass`` runs at 30% (below the target, so the ladder is
-pruned after its first level), ``--chunked-prefill-size`` nudges throughput. From the baseline the
-strategy's sweep gives a win, a crash, a prune and more completed trials, so every chart has data.
+pruned after its first level), ``--chunked-prefill-size`` nudges throughput. The study's five
+trials are the baseline and four `--start-from` commands, so whatever order the strategy's sweep
+would take, every chart gets data: two wins (three completed trials give importances), a crash
+and a prune.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ def phase_seconds(flags, env):
     return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
 '''
 STUDY = "demo"
+_LAUNCH = "python -m sglang.launch_server --model-path test/model --chunked-prefill-size"
+KNOWN = (f"{_LAUNCH} 4096 --moe-runner-backend flashinfer_cutlass",  # the win
+         f"{_LAUNCH} 2048 --moe-runner-backend flashinfer_cutlass",  # a smaller win
+         f"{_LAUNCH} 4096 --moe-runner-backend triton",  # crashes in autotune
+         f"{_LAUNCH} 2048 --moe-runner-backend cutlass --max-running-requests 1")  # pruned at the first level
 CRASH_LINE = "returned non-zero exit status 1"
 
 
@@ -85,6 +92,7 @@ def search(root: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished demo study in ``<root>/studies.db`` (5 measured trials, the top 3 re-measured once)."""
     root = tmp_path_factory.mktemp("report")
+    known = [arg for command in KNOWN for arg in ("--start-from", command)]
     search(root, "study", "run", str(write_space(root)), "--study", STUDY, "--emulate", "--n-trials", "5",
-           "--seed", "0", "--remeasure", "1")
+           "--seed", "0", "--remeasure", "1", *known)
     return root
