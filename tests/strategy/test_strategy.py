@@ -265,3 +265,19 @@ def test_bench_flag_composer_matches_render_and_parse() -> None:
     assert any("--cuda-graph-max-bs-decode" not in c for c in configs)
     assert composer.verified(configs)
     assert composer.flags(configs[-1]) == to_flags(configs[-1])
+
+
+def test_changes_that_each_won_within_noise_are_tried_together() -> None:
+    """Two screens beat the baseline by 2% (noise: the centre stays), so one trial combines them."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    for _ in range(12):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs.get("sweep_param") == "combined":
+            break
+        gain = 20.0 * (config["NCCL_MIN_NCHANNELS"] == 32) + 20.0 * (config["--mem-fraction-static"] == 0.80)
+        strategy.tell(study, trial, "completed", objective=1000.0 + gain)
+    assert trial.user_attrs.get("sweep_param") == "combined"
+    assert config == {**space.baseline, "NCCL_MIN_NCHANNELS": 32, "--mem-fraction-static": 0.80}
