@@ -26,7 +26,8 @@ def profile(study: optuna.Study, number: int | None = None) -> tuple[int, Launch
     chosen = results.best(study) if number is None else results.trial(study, number)
     if not chosen.params and chosen.state != optuna.trial.TrialState.COMPLETE:
         raise BadInput(f"trial {chosen.number} of {study.study_name!r} has no parameters recorded; pick another --trial")
-    return chosen.number, render(space_of(study), dict(chosen.params))
+    space = space_of(study)
+    return chosen.number, render(space, space.clean(chosen.params))
 
 
 def export(study: optuna.Study, fmt: str, *, number: int | None = None, out: Path | None = None) -> Path:

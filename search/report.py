@@ -506,13 +506,14 @@ def _headline(study: optuna.Study, storage: str) -> str:
                 'a completed trial that meets the SLOs before it can name a best config.</p></section>')
     best = results.trial(study, gain["best_trial"])
     base = results.trial(study, gain["baseline_trial"])
+    space = space_of(study)
     again = remeasured(study).get(best.number, [])
     values = [best.value, *again]
     spread = (f"re-measured {len(values)}×: {', '.join(f'{v:,.0f}' for v in values)} tok/s "
               f"(spread {max(values) - min(values):,.0f}, {((max(values) - min(values)) / statistics.fmean(values)):.1%})"
               if again else "measured once (the study ended before re-measuring)")
     flags = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(old)}</td><td>→</td>"
-                    f"<td><b>{html.escape(new)}</b></td></tr>" for n, old, new in _diff(best.params, base.params))
+                    f"<td><b>{html.escape(new)}</b></td></tr>" for n, old, new in _diff(space.clean(best.params), space.clean(base.params)))
     at = best.user_attrs.get("peak_concurrency")
     return f"""<section class="card headline">
   <div class="hero">

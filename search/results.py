@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search.errors import BadInput
+from search.space import Space
 from search.study import remeasured, space_of
 
 FORMATS = ("table", "csv", "json")
@@ -106,7 +107,7 @@ def outcome_text(t: FrozenTrial) -> str:
 
 def changed(params: dict[str, Any], baseline: dict[str, Any]) -> str:
     """The params that differ from the baseline: ``--a=1 --b=x``; ``-name`` where one went inactive."""
-    out = [f"{k}={v}" for k, v in params.items() if k not in baseline or baseline[k] != v]
+    out = [f"{k}={'default' if v is None else v}" for k, v in params.items() if k not in baseline or baseline[k] != v]
     out += [f"-{k}" for k in baseline if k not in params]
     return " ".join(out)
 
@@ -130,7 +131,7 @@ def _power(t: FrozenTrial, concurrency: int | None) -> str:
     return ""
 
 
-def row(t: FrozenTrial, baseline: dict[str, Any], ladder: list[int], again: dict[int, list[float]]) -> dict[str, Any]:
+def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str, Any]:
     """One trial as a flat record (the table, the CSV and the JSON share it)."""
     peak_c = t.user_attrs.get("peak_concurrency")
     at = _level_at(t, peak_c)
@@ -143,7 +144,7 @@ def row(t: FrozenTrial, baseline: dict[str, Any], ladder: list[int], again: dict
         "at_concurrency": peak_c,
     }
     by_level = {lv["max_concurrency"]: lv["output_throughput"] for lv in t.user_attrs.get("levels", [])}
-    for c in ladder:
+    for c in space.load_test.concurrency:
         rec[f"tok_s@{c}"] = by_level.get(c)
     rec.update({
         "p99_ttft_ms": at["p99_ttft_ms"] if at else None,
@@ -151,7 +152,7 @@ def row(t: FrozenTrial, baseline: dict[str, Any], ladder: list[int], again: dict
         "mean_tok_s": statistics.fmean(values) if t.number in again and values else None,
         "spread_tok_s": (max(values) - min(values)) if t.number in again and values else None,
         "repeats": len(values) if t.number in again else None,
-        "changed": "(baseline)" if t.user_attrs.get("strategy") == "baseline" else changed(t.params, baseline),
+        "changed": "(baseline)" if t.user_attrs.get("strategy") == "baseline" else changed(space.clean(t.params), dict(space.baseline or {})),
         "startup_s": startup_text(t.user_attrs.get("phases", {})),
         "gpu_power": _power(t, peak_c),
         "host": t.user_attrs.get("host", ""),
@@ -167,7 +168,7 @@ def table(study: optuna.Study, top: int | None = None) -> pd.DataFrame:
     space = space_of(study)
     again = remeasured(study)
     shown = [t for t in ranked(study) if "skipped" not in t.user_attrs]
-    rows = [row(t, dict(space.baseline or {}), list(space.load_test.concurrency), again) for t in shown[:top]]
+    rows = [row(t, space, again) for t in shown[:top]]
     frame = pd.DataFrame(rows).convert_dtypes()  # nullable ints: "16", not "16.0", beside missing values
     if not frame.empty:
         frame.insert(0, "rank", range(1, len(frame) + 1))
@@ -337,7 +338,7 @@ def trial_detail(study: optuna.Study, number: int) -> dict[str, Any]:
         "state": t.state.name,
         "outcome": outcome_text(t),
         "value": t.value,
-        "params": t.params,
+        "params": space_of(study).clean(t.params),
         "phases": t.user_attrs.get("phases", {}),
         "failure": failure,
         "failure_context": failure_context(artifacts / "server.log", failure.get("line", "")) if failure else [],

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Union
+from typing import Annotated, Any, Iterable, Literal, Mapping, Union
 
 import optuna
 import yaml
@@ -299,6 +299,11 @@ class Space(_Model):
             else:
                 config[name] = trial.suggest_categorical(name, p.choices)
         return config
+
+    def clean(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A config from stored Optuna params, floats snapped to their step as `suggest` returned them."""
+        return {k: self.params[k].clean(v) if isinstance(self.params.get(k), FloatParam) else v
+                for k, v in params.items()}
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """Optuna distributions by param name (for enqueueing and grids)."""

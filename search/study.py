@@ -502,7 +502,7 @@ class StudyRun:
         trial_dir = self.trials_dir / self.name / str(frozen.number) / f"remeasure-{repeat}"
         host = frozen.user_attrs.get("host", "")
         self.study.set_user_attr("remeasuring", {"marker": marker, "host": host, _DRIVER_ATTR: _me()})
-        self.runner.start(Job(self.space, dict(frozen.params), marker, trial_dir), Hooks())
+        self.runner.start(Job(self.space, self.space.clean(frozen.params), marker, trial_dir), Hooks())
         try:
             while not (done := self.runner.wait(WAIT_S)):
                 pass
@@ -544,7 +544,8 @@ def best_configs(study: optuna.Study, k: int = TOP_K) -> list[dict[str, Any]]:
     """Another study's best distinct configs (for `--from-study`), re-measured ranking first."""
     from search.results import ranked
 
-    return [dict(t.params) for t in ranked(study)[:k]]
+    space = space_of(study)
+    return [space.clean(t.params) for t in ranked(study)[:k]]
 
 
 def known_configs(space: Space, start_from: Iterable[str], from_studies: Iterable[optuna.Study]) -> list[dict[str, Any]]:

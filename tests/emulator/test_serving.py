@@ -11,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from search.emulator.landscape import Landscape
 from search.emulator.launch import parse_flags
@@ -115,6 +116,7 @@ def test_orphans_hold_their_gpus(start, tmp_path) -> None:
     third.wait_ready()
 
 
+@pytest.mark.timing
 def test_modelled_rate_within_3_percent_at_96_streams(start) -> None:
     server = start()
     server.wait_ready()

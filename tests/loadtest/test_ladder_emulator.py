@@ -20,6 +20,7 @@ def modelled(concurrency: int) -> float:
     return land.throughput(flags, {}, min(concurrency, land.max_running_requests(flags, {})))
 
 
+@pytest.mark.timing
 def test_metrics_match_the_landscape(emulator: Server) -> None:
     # Outputs long enough that prefill pauses barely dent the decode rate; a tight threshold keeps
     # the full 6 s window, longer than one request, so requests finish inside it.
@@ -41,6 +42,7 @@ def test_metrics_match_the_landscape(emulator: Server) -> None:
         assert lv.to_dict()["output_throughput"] == lv.output_throughput
 
 
+@pytest.mark.timing
 def test_converged_level_ends_early(emulator: Server) -> None:
     # A loose threshold so that a loaded test machine's jitter still converges well before 20 s.
     spec = LadderSpec(concurrency=(32,), input_len=32, output_len=32, duration_s=20.0, warmup_s=0.5,
