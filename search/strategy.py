@@ -389,8 +389,11 @@ class Strategy:
 
         A batch is one parameter's alternative values (or one crash's partner moves); the next
         starts only when the previous has finished, so each varies the best config so far (greedy).
-        Order: one-flag sweep (pass 0: every choice and a coarse grid), partner moves for values that
-        crashed alone, then numeric refinement (pass 1: neighbours at a quarter of the range).
+        Order: a screen of every parameter; the one-flag sweep (pass 0: every choice and a coarse
+        grid) of the parameters whose screen mattered, biggest effect first; partner moves for values
+        that crashed alone; sweeps of parameters inactive at the centre; the combined trial; the rest
+        of the unordered categoricals; then numeric refinement (pass 1: neighbours at a quarter of the
+        range).
         """
         trials = study.get_trials(deepcopy=False)
         if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
@@ -455,6 +458,7 @@ class Strategy:
         return len(best) > 1 and self._enqueue(study, [combined], {_TAG: "sweep", _SWEEP_PARAM: "combined"})
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
+        """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
         return max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
@@ -615,7 +619,7 @@ class Strategy:
         if failure is not None:
             trial.set_user_attr("failure", dict(failure))
         if outcome == "infrastructure":
-            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING, _PAIR_OF)}
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING, _PAIR_OF, _SCREEN_REF, _FROM)}
             study.tell(trial, state=TrialState.FAIL)
             study.enqueue_trial(dict(trial.params), user_attrs={**attrs, "retry_of": trial.number})
             return
