@@ -95,7 +95,7 @@ def test_show_formats(finished: tuple[Path, optuna.Study]) -> None:
     table = runner.invoke(app, ["study", "show", "s1"])
     assert table.exit_code == 0, table.output
     assert "crashed at autotune" in table.output and "pruned at 4" in table.output
-    assert "(baseline)" in table.output and "--max-running-requests=None" in table.output
+    assert "(baseline)" in table.output and "--max-running-requests=default" in table.output
     assert "gain: trial" in table.output and "saved by pruning" in table.output
     csv = runner.invoke(app, ["study", "show", "s1", "--format", "csv", "--top", "2"])
     lines = csv.output.strip().splitlines()
