@@ -388,7 +388,8 @@ class Strategy:
         """Enqueue the next batch of planned moves around the centre, if it is time.
 
         A batch is one parameter's alternative values (or one crash's partner moves); the next
-        starts only when the previous has finished, so each varies the best config so far (greedy).
+        starts only when the previous batch has finished, so each varies the best config so far
+        (greedy); hosts that are free meanwhile take sampler trials.
         Order: a screen of every parameter; the one-flag sweep (pass 0: every choice and a coarse
         grid) of the parameters whose screen mattered, biggest effect first; partner moves for values
         that crashed alone; sweeps of parameters inactive at the centre; the combined trial; the rest
@@ -396,7 +397,10 @@ class Strategy:
         range).
         """
         trials = study.get_trials(deepcopy=False)
-        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
+        # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
+        # studies) do not hold the plan up, they fill hosts while a batch is measured.
+        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) and t.user_attrs.get(_TAG) != "sampler"
+               for t in trials):
             return
         centre, working = self._centre(study)
         if not working:

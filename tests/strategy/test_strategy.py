@@ -281,3 +281,18 @@ def test_changes_that_each_won_within_noise_are_tried_together() -> None:
         strategy.tell(study, trial, "completed", objective=1000.0 + gain)
     assert trial.user_attrs.get("sweep_param") == "combined"
     assert config == {**space.baseline, "NCCL_MIN_NCHANNELS": 32, "--mem-fraction-static": 0.80}
+
+
+def test_a_running_sampler_trial_does_not_hold_up_the_sweep() -> None:
+    """With several hosts a sampler trial is nearly always running; the planned sweep must go on."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    baseline, _ = strategy.ask(study)
+    sampler_trial, _ = strategy.ask(study)  # a second host starts while the baseline runs
+    assert sampler_trial.user_attrs["strategy"] == "sampler"
+    strategy.tell(study, baseline, "completed", objective=900.0)
+    planned, _ = strategy.ask(study)  # the sampler trial is still RUNNING
+    assert planned.user_attrs["strategy"] == "sweep"
+    assert study.trials[sampler_trial.number].state == TrialState.RUNNING
