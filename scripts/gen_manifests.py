@@ -14,7 +14,6 @@ Usage: python scripts/gen_manifests.py [VERSION ...]     (default: every shipped
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess

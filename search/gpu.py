@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
+from search.background import Background
 from search.errors import InfrastructureFault
 from search.hosts.base import GpuSample
 
@@ -118,7 +119,7 @@ def summarize(rounds: Sequence[list[GpuSample]], gpus: Iterable[int] | None = No
     )
 
 
-class Telemetry:
+class Telemetry(Background):
     """Samples ``sample()`` every ``interval`` seconds in a daemon thread while the load test runs.
 
     Usage: ``with Telemetry(host.gpu_samples, gpus) as t: ...; mark = t.mark(); <level>; t.since(mark)``.
@@ -137,16 +138,7 @@ class Telemetry:
         self._interval = interval
         self._rounds: list[list[GpuSample]] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-telemetry", daemon=True)
-
-    def __enter__(self) -> Telemetry:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("gpu-telemetry")
 
     def _run(self) -> None:
         # The first sample one interval in: at the start nothing has loaded the GPUs yet.

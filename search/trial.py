@@ -9,7 +9,6 @@ host's fault: retry the same parameters elsewhere or later).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 from search import correctness, gpu
 from search.artifacts import TrialArtifacts
+from search.background import Background
 from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
@@ -159,7 +159,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResu
         result.outcome = "pruned" if ladder.pruned else "completed"
 
 
-class _HealthCheck:
+class _HealthCheck(Background):
     """The server's log and process checked in a thread while the ladder runs.
 
     The ladder polls ``should_abort`` every 50 ms inside the load generator's event loop; on an
@@ -173,16 +173,7 @@ class _HealthCheck:
         self._watch = watch
         self._reason: str | None = None
         self._fault: RunFailed | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="server-health", daemon=True)
-
-    def __enter__(self) -> _HealthCheck:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__init__("server-health")
 
     def _run(self) -> None:
         while self._reason is None and not self._stop.wait(HEALTH_POLL_S):

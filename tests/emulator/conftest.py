@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,11 @@ from typing import Iterator
 import httpx
 import json
 import pytest
+from tests.helpers import free_port
 
 TUNED = ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "flashinfer_cutlass", "--disable-cuda-graph",
          "--mem-fraction-static", "0.92"]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

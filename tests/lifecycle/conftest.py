@@ -7,7 +7,6 @@ one file covers every outcome and each test says which one it wants.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from search.profile import LaunchProfile
+from tests.helpers import free_port
 
 LANDSCAPE = '''
 ERRORS = {
@@ -41,11 +41,6 @@ def phase_seconds(flags, env):
 
 TIME_SCALE = "0.01"  # the whole startup above takes about 1.5 s
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from tests.helpers import free_port
 
 SERVER_ARGS = ["--model-path", "m", "--tp", "8"]
 TIME_SCALE = "0.002"
@@ -30,15 +30,10 @@ class Server:
             os.killpg(self.proc.pid, sig)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @contextlib.contextmanager
 def start_emulator(state_dir: Path, landscape: Path | None = None) -> Iterator[Server]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "SEARCH_EMULATOR_TIME_SCALE": TIME_SCALE, "SEARCH_EMULATOR_STATE_DIR": str(state_dir)}
     if landscape is not None:
         env["SEARCH_EMULATOR_LANDSCAPE"] = str(landscape)

@@ -3,18 +3,14 @@ tiny emulator space whose state directory and port come from the node that runs 
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from search.hosts.base import MARKER_ENV
 from search.parallel import emulated_cluster
+from tests import helpers
 
 # Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
 # the first level, so the driver prunes it mid-ladder); triton crashes at autotune.
@@ -33,37 +29,16 @@ def phase_seconds(flags, env):
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_space(root: Path, time_scale: float) -> Path:
     """A space whose emulator state and port come from the node that runs the trial."""
-    landscape = root / "landscape.py"
-    landscape.write_text(LANDSCAPE)
-    space = {
-        "sglang_version": "0.5.23",
-        "launch": {
-            "launcher": [sys.executable, "-m", "search.emulator"],
-            "model": "test/model", "tp": 1, "host": "127.0.0.1", "port": free_port(),
-            "env": {"SEARCH_EMULATOR_TIME_SCALE": str(time_scale), "SEARCH_EMULATOR_LANDSCAPE": str(landscape),
-                    "SEARCH_EMULATOR_GPUS": "1"},
-            "secret_env": [],
-        },
-        "params": {
+    return helpers.write_space(
+        root, time_scale=str(time_scale), landscape=LANDSCAPE, private_state=False, timeout_s=60,
+        params={
             "--chunked-prefill-size": {"type": "int", "low": 1024, "high": 8192, "step": 1024},
             "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton"]},
         },
-        "baseline": {"--chunked-prefill-size": 8192, "--moe-runner-backend": "flashinfer_cutlass"},
-        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.0, "warmup_s": 0.2},
-        "targets": {4: 150},
-        "timeouts": {phase: 60 for phase in ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")},
-    }
-    path = root / "space.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+        baseline={"--chunked-prefill-size": 8192, "--moe-runner-backend": "flashinfer_cutlass"},
+    )
 
 
 @dataclass
@@ -86,20 +61,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
 
 def marker_processes(study: str) -> dict[int, str]:
     """Live processes carrying a trial marker of ``study``: pid -> marker (other people's studies run here too)."""
-    prefix = f"{MARKER_ENV}=search-{study}-".encode()
-    found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        markers = [item[len(MARKER_ENV) + 1:].decode() for item in env if item.startswith(prefix)]
-        if markers and state not in ("Z", "X"):
-            found[int(entry.name)] = markers[0]
-    return found
+    return helpers.marker_processes(f"search-{study}-")
 
 
 def parent(pid: int) -> int:

@@ -11,13 +11,13 @@ and a prune.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests import helpers
 
 LANDSCAPE = '''
 def startup(flags, env):
@@ -42,40 +42,20 @@ KNOWN = (f"{_LAUNCH} 4096 --moe-runner-backend flashinfer_cutlass",  # the win
 CRASH_LINE = "returned non-zero exit status 1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_space(root: Path, time_scale: str = "0.004") -> Path:
-    """The demo space on a free port; emulator state, landscape and artifacts all under ``root``."""
-    landscape = root / "landscape.py"
-    landscape.write_text(LANDSCAPE)
-    space = {
-        "sglang_version": "0.5.23",
-        "launch": {
-            "launcher": [sys.executable, "-m", "search.emulator"],
-            "model": "test/model", "tp": 1, "host": "127.0.0.1", "port": _free_port(),
-            "env": {"SEARCH_EMULATOR_TIME_SCALE": time_scale, "SEARCH_EMULATOR_STATE_DIR": str(root / "state"),
-                    "SEARCH_EMULATOR_LANDSCAPE": str(landscape), "SEARCH_EMULATOR_GPUS": "1"},
-            "secret_env": [],
-        },
-        "params": {
+    """The demo space: the shared toy one plus a chunked-prefill size that wins a little."""
+    return helpers.write_space(
+        root, time_scale=time_scale, landscape=LANDSCAPE,
+        params={
             "--max-running-requests": {"type": "categorical", "choices": [1, None]},
             "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton", "cutlass"]},
             "--chunked-prefill-size": {"type": "categorical", "choices": [2048, 4096]},
         },
-        "baseline": {"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass",
-                     "--chunked-prefill-size": 2048},
-        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.5, "warmup_s": 0.1},
-        "slos": {"p99_ttft_ms": 5000, "p99_itl_ms": 1000},
-        "targets": {4: 150},
-        "timeouts": {phase: 30 for phase in ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")},
-    }
-    path = root / "space.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+        baseline={"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass",
+                  "--chunked-prefill-size": 2048},
+        load_test={"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.5, "warmup_s": 0.1},
+        slos={"p99_ttft_ms": 5000, "p99_itl_ms": 1000},
+    )
 
 
 def search(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

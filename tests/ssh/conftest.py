@@ -21,14 +21,10 @@ from pathlib import Path
 import pytest
 
 from search.hosts.config import HostConfig
+from tests.helpers import free_port
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _descendants(pid: int) -> list[int]:
@@ -132,7 +128,7 @@ def start_sshd(root: Path) -> Sshd:
     _keygen(root / "host_key")
     _keygen(root / "user_key")
     shutil.copy(root / "user_key.pub", root / "authorized_keys")
-    port = _free_port()
+    port = free_port()
     (root / "sshd_config").write_text(
         f"""Port {port}
 ListenAddress 127.0.0.1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from search.errors import BadInput, InfrastructureFault
 from search.hosts.base import MARKER_ENV, Host, ServerHandle
 from search.hosts.ssh import SSHHost, command_line
 from search.profile import LaunchProfile
+from tests.helpers import free_port
 
 
 if TYPE_CHECKING:
@@ -34,11 +34,6 @@ def Profile(  # noqa: N802 - reads like the dataclass it builds
     return LaunchProfile(launcher=launcher or ["python3", "-m", "sglang.launch_server"], args=args, env=env or {},
                          secret_env=secret_env or [], host="127.0.0.1", port=port, sglang_version="0.5.23")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -56,7 +51,7 @@ def emulated(sshd: Sshd, tmp_path: Path) -> Iterator[SSHHost]:
 
 
 def _profile() -> Profile:
-    return Profile(args=["--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port := _free_port())], port=port)
+    return Profile(args=["--model-path", "m", "--tp-size", "4", "--host", "127.0.0.1", "--port", str(port := free_port())], port=port)
 
 
 def _follow_until(handle: ServerHandle, text: str, timeout: float = 60) -> list[str]:
@@ -209,7 +204,7 @@ def test_profile_values_and_secrets_reach_the_server_literally(sshd: Sshd, tmp_p
     secret = "s3cr3t $(touch PWNED) 'x'"
     monkeypatch.setenv("SEARCH_TEST_SECRET", secret)
     host = SSHHost(sshd.host())
-    profile = Profile(args=HOSTILE[:-1], port=_free_port(), env={"PLAIN": "a;b"}, secret_env=["SEARCH_TEST_SECRET"],
+    profile = Profile(args=HOSTILE[:-1], port=free_port(), env={"PLAIN": "a;b"}, secret_env=["SEARCH_TEST_SECRET"],
                       launcher=["python3", "-c", _ECHO_SERVER])
     handle = host.start(profile, marker="trial-5", log_path=tmp_path / "trial" / "server.log")
     try:

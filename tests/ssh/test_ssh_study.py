@@ -1,6 +1,6 @@
 """Whole studies through the real sshd on loopback against the emulator: telemetry, artifacts, faults.
 
-The space is the study tests' one (tests/study/conftest.py) with its emulator settings moved into
+The space is the study tests' one (tests.helpers.write_space) with its emulator settings moved into
 the host's ``env``, where a remote machine keeps them: the server, the GPU checks and the
 ``nvidia-smi`` stand-in all read the per-test state directory from there. The host runs the
 server on GPU 1 of 2 (``gpus: [1]``) so that telemetry has an idle GPU 0 to leave out.
@@ -26,7 +26,7 @@ from search.hosts.ssh import SSHHost
 from search.logwatch import Event
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.study.conftest import marker_pids, write_space
+from tests.helpers import marker_pids, write_space
 
 if TYPE_CHECKING:
     from conftest import Sshd

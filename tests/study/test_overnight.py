@@ -19,7 +19,7 @@ from search.errors import RunFailed
 from search.hosts import LocalHost
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.study.conftest import marker_pids, write_space
+from tests.helpers import marker_pids, write_space
 
 STORAGE = "sqlite:///studies.db"
 

@@ -19,7 +19,7 @@ from search.cli import app
 from search.hosts import LocalHost
 from search.space import load_space
 from search.study import StudyRun, remeasured
-from tests.study.conftest import write_space
+from tests.helpers import write_space
 
 STORAGE = "sqlite:///studies.db"
 

@@ -1,6 +1,6 @@
 """Warm starts: `--start-from` (a user's own launch command) and `--from-study` (another study's best).
 
-The space is tests/study/conftest.py's: the baseline caps running requests at 1, and lifting the
+The space is tests.helpers.write_space's: the baseline caps running requests at 1, and lifting the
 cap is the clear win, so a study told about it runs it right after the baseline.
 """
 
@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from search.cli import app
 from search.errors import BadInput
-from tests.study.conftest import write_space
+from tests.helpers import write_space
 
 STORAGE = "sqlite:///studies.db"
 CAPPED = ("nohup python3 -u -m sglang.launch_server --model-path test/model \\\n"

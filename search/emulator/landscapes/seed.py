@@ -81,9 +81,9 @@ def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
     weights = _WEIGHTS_GIB_TOTAL / tp
     if weights > _GPU_GIB * 0.95:
         return {"phase": "loading", "error": (
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
-            f"capacity of 95.59 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this "
-            f"process has 94.78 GiB memory in use.")}
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
+            "capacity of 95.59 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this "
+            "process has 94.78 GiB memory in use.")}
     if tp > 1 and env.get("NCCL_NVLS_ENABLE") == "1":
         return {"phase": "loading", "hang": True}  # NVLink SHARP on a PCIe box: stuck in NCCL init
     if mem * _GPU_GIB - weights < 4.0:

@@ -1,0 +1,91 @@
+"""What several test areas share: free ports, processes by trial marker, a small emulated space."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from search.hosts.base import MARKER_ENV
+
+PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
+
+# Throughput grows with concurrency; cutlass runs at 30% (under the target at the first level, so
+# a study prunes it mid-ladder); triton crashes at autotune.
+TOY_LANDSCAPE = '''
+def startup(flags, env):
+    if flags["moe_runner_backend"] == "triton":
+        return {"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}
+    return None
+
+def throughput(flags, env, running):
+    factor = 0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0
+    return factor * 200.0 * running ** 0.5
+
+def phase_seconds(flags, env):
+    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def marker_processes(prefix: str) -> dict[int, str]:
+    """Live processes whose trial marker starts with ``prefix``: pid -> marker (zombies excluded)."""
+    needle = f"{MARKER_ENV}={prefix}".encode()
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        markers = [item[len(MARKER_ENV) + 1:].decode() for item in env if item.startswith(needle)]
+        if markers and state not in ("Z", "X"):
+            found[int(entry.name)] = markers[0]
+    return found
+
+
+def marker_pids(marker: str) -> list[int]:
+    """Live processes carrying exactly this trial marker (what a driver must never leave behind)."""
+    return [pid for pid, found in marker_processes(marker).items() if found == marker]
+
+
+def write_space(root: Path, *, time_scale: str = "0.004", landscape: str = TOY_LANDSCAPE,
+                params: dict[str, Any] | None = None, baseline: dict[str, Any] | None = None,
+                private_state: bool = True, timeout_s: float = 30, **sections: Any) -> Path:
+    """A small space on a free port for the emulator; its landscape (and state, if private) under ``root``.
+
+    ``sections`` replace top-level keys (``load_test``, ``slos``, ``targets``...).
+    """
+    (root / "landscape.py").write_text(landscape)
+    env = {"SEARCH_EMULATOR_TIME_SCALE": time_scale, "SEARCH_EMULATOR_LANDSCAPE": str(root / "landscape.py"),
+           "SEARCH_EMULATOR_GPUS": "1"}
+    if private_state:
+        env["SEARCH_EMULATOR_STATE_DIR"] = str(root / "state")
+    space: dict[str, Any] = {
+        "sglang_version": "0.5.23",
+        "launch": {"launcher": [sys.executable, "-m", "search.emulator"], "model": "test/model", "tp": 1,
+                   "host": "127.0.0.1", "port": free_port(), "env": env, "secret_env": []},
+        "params": params or {
+            "--max-running-requests": {"type": "categorical", "choices": [1, None]},
+            "--moe-runner-backend": {"type": "categorical", "choices": ["flashinfer_cutlass", "triton", "cutlass"]},
+        },
+        "baseline": baseline or {"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass"},
+        "load_test": {"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.0, "warmup_s": 0.2},
+        "targets": {4: 150},
+        "timeouts": {phase: timeout_s for phase in PHASES},
+        **sections,
+    }
+    path = root / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
