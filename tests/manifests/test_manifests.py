@@ -17,27 +17,15 @@ import pytest
 from search.errors import BadInput
 from search.manifests import SHIPPED, ManifestError, live, load
 
-SEED = Path("/work/shared/seeds/000_446f8b093a76dac2.txt")
+SEED_COMMAND = Path(__file__).parents[1] / "fixtures" / "seed_command.txt"  # from shared/seeds/000_*.txt
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def seed_argv() -> list[str]:
-    """The launch command of the seed run, as argv after `-m sglang.launch_server`."""
-    text = SEED.read_text() if SEED.exists() else ""
-    match = re.search(r"-m sglang\.launch_server \\\n(.*?)\n\n", text, re.S)
-    if match is None:  # keep the suite independent of the shared folder's presence
-        match = re.search(r"(.*)", _SEED_FALLBACK, re.S)
-    return shlex.split(match.group(1).replace("\\\n", " "))
+    """The seed run's launch command, as argv after `-m sglang.launch_server`."""
+    words = shlex.split(SEED_COMMAND.read_text().replace("\\\n", " "))
+    return words[words.index("sglang.launch_server") + 1 : words.index(">")]
 
-
-_SEED_FALLBACK = (
-    "--model lukealonso/GLM-5-NVFP4 --served-model-name glm-5 --reasoning-parser glm45 "
-    "--tool-call-parser glm47 --trust-remote-code --tp 8 --mem-fraction-static 0.92 "
-    "--kv-cache-dtype auto --quantization modelopt_fp4 --attention-backend flashinfer "
-    "--fp8-gemm-backend cutlass --nsa-decode-backend trtllm --nsa-prefill-backend trtllm "
-    "--moe-runner-backend flashinfer_cutlass --enable-flashinfer-allreduce-fusion "
-    "--disable-cuda-graph --host 0.0.0.0 --port 8000"
-)
 
 MODEL = ["--model-path", "m"]  # required by 0.5.23
 SEED_WITHOUT_NSA = [a for a in seed_argv() if not a.startswith("--nsa") and a != "trtllm"]

@@ -10,7 +10,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACES = ROOT / "spaces"
-SEED_COMMAND = (Path(__file__).parent / "seed_command.txt").read_text()
+SEED_COMMAND = (Path(__file__).parents[1] / "fixtures" / "seed_command.txt").read_text()
 
 MINIMAL = {
     "sglang_version": "0.5.9",
