@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import json
 import os
 import signal
@@ -75,8 +76,9 @@ def test_cap_queues_the_rest(start) -> None:
         assert loop_thread.wait(60) == 0
     finally:
         loop_thread.kill()
-    assert "#running-req: 4, #queue-req: 6" in server.text()
-    assert "Decode batch, #running-req: 4," in server.text() and "gen throughput (token/s): " in server.text()
+    # Requests may arrive spread out, so no Prefill line need show the 4 + 6 split; the Decode
+    # line, logged every step here, does while the cap holds.
+    assert re.search(r"Decode batch, #running-req: 4, .*gen throughput \(token/s\): [\d.]+, #queue-req: 6", server.text())
 
 
 def test_disconnect_frees_the_slot(start) -> None:
