@@ -62,9 +62,12 @@ def _sort_value(t: FrozenTrial, again: dict[int, list[float]]) -> float:
 
 
 def ranked(study: optuna.Study) -> list[FrozenTrial]:
-    """Every trial, best first (see the module docstring); skipped trials last."""
+    """Every trial that ran or runs, best first (see the module docstring); skipped trials last.
+
+    Planned trials still WAITING when a run ended have not run: they are not results.
+    """
     again = remeasured(study)
-    trials = study.get_trials(deepcopy=False)
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
     return sorted(trials, key=lambda t: (_tier(t, again), -_sort_value(t, again), t.number))
 
 
@@ -106,10 +109,12 @@ def outcome_text(t: FrozenTrial) -> str:
 
 
 def changed(params: dict[str, Any], baseline: dict[str, Any]) -> str:
-    """The params that differ from the baseline: ``--a=1 --b=x``; ``-name`` where one went inactive."""
-    out = [f"{k}={'default' if v is None else v}" for k, v in params.items() if k not in baseline or baseline[k] != v]
-    out += [f"-{k}" for k in baseline if k not in params]
-    return " ".join(out)
+    """The params that differ from the baseline: ``--a=1 --b=x`` (``default``: the flag left to SGLang).
+
+    A conditional param that went inactive is not listed: the change that turned it off is.
+    """
+    return " ".join(f"{k}={'default' if v is None else v}" for k, v in params.items()
+                    if k not in baseline or baseline[k] != v)
 
 
 def startup_text(phases: dict[str, dict[str, float]]) -> str:
