@@ -14,21 +14,29 @@ from search.hosts.base import MARKER_ENV
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 
-# Throughput grows with concurrency; cutlass runs at 30% (under the target at the first level, so
-# a study prunes it mid-ladder); triton crashes at autotune.
-TOY_LANDSCAPE = '''
+
+
+def toy_landscape(factor: str = '0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0') -> str:
+    """A landscape file's text: triton crashes at autotune; throughput is ``factor`` x 200 x sqrt(running).
+
+    The default factor runs cutlass at 30% (under the target at the first level, so a study prunes
+    it mid-ladder).
+    """
+    return f'''
 def startup(flags, env):
     if flags["moe_runner_backend"] == "triton":
-        return {"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}
+        return {{"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}}
     return None
 
 def throughput(flags, env, running):
-    factor = 0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0
-    return factor * 200.0 * running ** 0.5
+    return ({factor}) * 200.0 * running ** 0.5
 
 def phase_seconds(flags, env):
-    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
+    return {{"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}}
 '''
+
+
+TOY_LANDSCAPE = toy_landscape()
 
 
 def free_port() -> int:

@@ -14,19 +14,7 @@ from tests import helpers
 
 # Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
 # the first level, so the driver prunes it mid-ladder); triton crashes at autotune.
-LANDSCAPE = '''
-def startup(flags, env):
-    if flags["moe_runner_backend"] == "triton":
-        return {"phase": "autotune", "error": "subprocess.CalledProcessError: Command '['ninja', '-v']' returned non-zero exit status 1."}
-    return None
-
-def throughput(flags, env, running):
-    factor = 0.3 if (flags["chunked_prefill_size"] or 8192) < 4096 else 1.0
-    return factor * 200.0 * running ** 0.5
-
-def phase_seconds(flags, env):
-    return {"starting": 20, "loading": 60, "kv_cache": 20, "autotune": 40, "cuda_graph": 20, "warmup": 10}
-'''
+LANDSCAPE = helpers.toy_landscape('0.3 if (flags["chunked_prefill_size"] or 8192) < 4096 else 1.0')
 
 
 def write_space(root: Path, time_scale: float) -> Path:
