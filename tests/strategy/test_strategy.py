@@ -23,6 +23,15 @@ def _study(strategy: Strategy) -> optuna.Study:
     return optuna.create_study(direction="maximize", sampler=strategy.sampler)
 
 
+def _started() -> tuple[FixtureSpace, Strategy, optuna.Study]:
+    """A fresh study of the fixture space with its baseline enqueued."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study)
+    return space, strategy, study
+
+
 def test_baseline_runs_first_then_known_configs() -> None:
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
@@ -39,9 +48,7 @@ def test_baseline_runs_first_then_known_configs() -> None:
 
 
 def test_crash_is_pruned_with_constraint_and_others_are_not() -> None:
-    strategy = Strategy(FixtureSpace(), seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    _, strategy, study = _started()
     trial, _ = strategy.ask(study)
     strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": "x", "message": "m"})
     crashed = study.trials[0]
@@ -55,9 +62,7 @@ def test_crash_is_pruned_with_constraint_and_others_are_not() -> None:
 
 
 def test_infrastructure_fault_fails_and_reenqueues_same_params() -> None:
-    strategy = Strategy(FixtureSpace(), seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    _, strategy, study = _started()
     trial, config = strategy.ask(study)
     strategy.tell(study, trial, "infrastructure", failure={"kind": "gpu_busy", "phase": "starting", "line": "", "message": ""})
     assert study.trials[0].state == TrialState.FAIL
@@ -83,10 +88,7 @@ def test_pruning_below_target_and_well_below_completed_trials() -> None:
 
 
 def test_sweep_varies_one_parameter_of_the_incumbent() -> None:
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     trial, _ = strategy.ask(study)
     strategy.tell(study, trial, "completed", objective=900.0)
     trial, config = strategy.ask(study)
@@ -140,10 +142,7 @@ def test_named_in_finds_flags_by_prefix_and_env_vars() -> None:
 
 
 def test_crashed_baseline_tries_every_fix_its_failure_line_names() -> None:
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     trial, _ = strategy.ask(study)
     strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": OOM_LINE, "message": ""})
     changed = set()
@@ -157,10 +156,7 @@ def test_crashed_baseline_tries_every_fix_its_failure_line_names() -> None:
 def test_value_that_crashed_alone_is_retried_with_a_partner_change() -> None:
     """The sweep finds a large graph batch crashes (out of memory) and a low memory fraction runs;
     the partner move combines them."""
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     for _ in range(40):
         trial, config = strategy.ask(study)
         if trial.user_attrs["strategy"] == "partner":
@@ -176,10 +172,7 @@ def test_value_that_crashed_alone_is_retried_with_a_partner_change() -> None:
 
 
 def test_centre_ignores_a_change_that_only_won_by_noise() -> None:
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     trial, _ = strategy.ask(study)
     strategy.tell(study, trial, "completed", objective=1000.0)
     trial, config = strategy.ask(study)  # first sweep variant
@@ -204,10 +197,7 @@ def test_screen_values_pick_the_most_different_value() -> None:
 def test_screening_expands_only_parameters_whose_screen_mattered() -> None:
     """Each parameter is screened once; then only the ones that moved throughput beyond noise (here
     the MoE backend) get their other values swept, before the sampler takes over."""
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     screened: list[str] = []
     swept: list[str] = []
     for _ in range(12):
@@ -226,10 +216,7 @@ def test_screening_expands_only_parameters_whose_screen_mattered() -> None:
 def test_parameter_inactive_at_the_centre_is_swept_where_it_is_active() -> None:
     """Graphs off wins, so the graph batch cap drops out of the centre; it is still swept, from the
     best config that captures graphs."""
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     for _ in range(20):
         trial, config = strategy.ask(study)
         if trial.user_attrs.get("sweep_param") == "--cuda-graph-max-bs-decode" and trial.user_attrs["sweep_pass"] == 0:
@@ -242,9 +229,7 @@ def test_parameter_inactive_at_the_centre_is_swept_where_it_is_active() -> None:
 
 @pytest.mark.parametrize("kind, known", [("oom", False), ("crash", True)])
 def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, known: bool) -> None:
-    strategy = Strategy(FixtureSpace(), seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    _, strategy, study = _started()
     for _ in range(10):
         trial, config = strategy.ask(study)
         if trial.user_attrs.get("sweep_param") == "--moe-runner-backend":
@@ -269,10 +254,7 @@ def test_bench_flag_composer_matches_render_and_parse() -> None:
 
 def test_changes_that_each_won_within_noise_are_tried_together() -> None:
     """Two screens beat the baseline by 2% (noise: the centre stays), so one trial combines them."""
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     for _ in range(12):
         trial, config = strategy.ask(study)
         if trial.user_attrs.get("sweep_param") == "combined":
@@ -285,10 +267,7 @@ def test_changes_that_each_won_within_noise_are_tried_together() -> None:
 
 def test_a_running_sampler_trial_does_not_hold_up_the_sweep() -> None:
     """With several hosts a sampler trial is nearly always running; the planned sweep must go on."""
-    space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
-    study = _study(strategy)
-    strategy.start(study)
+    space, strategy, study = _started()
     baseline, _ = strategy.ask(study)
     sampler_trial, _ = strategy.ask(study)  # a second host starts while the baseline runs
     assert sampler_trial.user_attrs["strategy"] == "sampler"
