@@ -326,6 +326,10 @@ class StudyRun:
                            "file, or give a new --study name")
         return study
 
+    def _marker(self, run: str) -> str:
+        """A unique trial marker, ``search-<study>-<run>-<random>``, safe in an environment value."""
+        return _MARKER_UNSAFE.sub("-", f"search-{self.name}-{run}-{uuid.uuid4().hex[:8]}")
+
     def _recover(self) -> None:
         """Fail and re-enqueue a dead run's RUNNING trials after killing what they left behind."""
         left = self.study.user_attrs.get("remeasuring")
@@ -392,7 +396,7 @@ class StudyRun:
         """Ask for the next trial and start it on the runner."""
         trial, config = self.strategy.ask(self.study)
         number = trial.number
-        marker = _MARKER_UNSAFE.sub("-", f"search-{self.name}-{number}-{uuid.uuid4().hex[:8]}")
+        marker = self._marker(str(number))
         trial_dir = self.trials_dir / self.name / str(number)
         # Before the server exists: a later run must be able to find and kill it by this marker.
         for key, value in (("marker", marker), ("artifacts", str(trial_dir)), (_DRIVER_ATTR, _me())):
@@ -498,7 +502,7 @@ class StudyRun:
 
     def _measure_again(self, frozen: FrozenTrial, repeat: int) -> float | None:
         """One more full run of a finished trial's config: its objective, 0 if it crashed, None on a host fault."""
-        marker = _MARKER_UNSAFE.sub("-", f"search-{self.name}-{frozen.number}-r{repeat}-{uuid.uuid4().hex[:8]}")
+        marker = self._marker(f"{frozen.number}-r{repeat}")
         trial_dir = self.trials_dir / self.name / str(frozen.number) / f"remeasure-{repeat}"
         host = frozen.user_attrs.get("host", "")
         self.study.set_user_attr("remeasuring", {"marker": marker, "host": host, _DRIVER_ATTR: _me()})
