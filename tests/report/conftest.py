@@ -43,7 +43,7 @@ def write_space(root: Path, time_scale: str = "0.004") -> Path:
         },
         baseline={"--max-running-requests": 1, "--moe-runner-backend": "flashinfer_cutlass",
                   "--chunked-prefill-size": 2048},
-        load_test={"input_len": 32, "output_len": 8, "concurrency": [4, 16], "duration_s": 1.5, "warmup_s": 0.1},
+        load_test={"input_len": 32, "output_len": 64, "concurrency": [4, 16], "duration_s": 1.5, "warmup_s": 0.1},
         slos={"p99_ttft_ms": 5000, "p99_itl_ms": 1000},
     )
 
