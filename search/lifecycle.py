@@ -10,7 +10,7 @@ timeout, or on readiness (the ready line *and* ``/health`` answering 200). The s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,15 +49,16 @@ class Failure:
     line: str
     infrastructure: bool  # not the config's fault: the study retries instead of blaming it
     message: str  # "crashed at autotune: CalledProcessError: ... ninja ..."
+    advice: tuple[str, ...] = ()  # the lines after it that name a flag: what SGLang suggests changing
 
     @classmethod
-    def from_event(cls, event: Event) -> Failure:
+    def from_event(cls, event: Event, advice: Sequence[str] = ()) -> Failure:
         return cls(event.name, event.phase, event.line.strip(), event.name in INFRASTRUCTURE_FAILURES,
-                   describe(event))
+                   describe(event), tuple(advice))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "phase": self.phase, "line": self.line, "message": self.message,
-                "infrastructure": self.infrastructure}
+                "infrastructure": self.infrastructure, "advice": list(self.advice)}
 
 
 class Watch:
@@ -166,7 +167,7 @@ def start_server(host: Host, profile: LaunchProfile, *, marker: str, log_path: P
     return handle, Startup(
         ok=failure is None,
         phases=_timeline(classifier.phase_times, end),
-        failure=Failure.from_event(failure) if failure else None,
+        failure=Failure.from_event(failure, classifier.advice) if failure else None,
         progress=classifier.progress,
         watch=watch,
     )

@@ -87,6 +87,8 @@ class Signatures:
     exception_kinds: Mapping[str, str]
     ignore: re.Pattern[str]
     failures: tuple[_Failure, ...]
+    advice: re.Pattern[str]
+    advice_lines: int
     # Literal strings at least one of which is in any line some pattern can match: most lines
     # (decode batches, NCCL chatter) contain none, and `in` tests cost far less than regexes.
     needles: tuple[str, ...]
@@ -187,6 +189,8 @@ def load_signatures(version: str | None = None) -> Signatures:
         exception_kinds=dict(common.get("exception_kinds") or {}),
         ignore=_alternation(common.get("ignore") or []),
         failures=tuple(failures),
+        advice=re.compile(common["advice"]),
+        advice_lines=int(common["advice_lines"]),
         needles=tuple(sorted(needles)),
         unneedled=_alternation(unneedled) if unneedled else None,
     )
@@ -255,6 +259,7 @@ class LogClassifier:
         self._frame_phase: str | None = None  # phase named by the open traceback's frames
         self._pending: Event | None = None  # an exception after ready, fatal only if a crash follows
         self._source_next = False  # the next line is a traceback frame's source code
+        self.advice: list[str] = []  # lines after the failure that name a flag: what SGLang suggests
 
     def message(self, line: str) -> str:
         """The line without ANSI codes, Ray/time/rank/level prefix and Ray's repeat suffix."""
@@ -281,6 +286,8 @@ class LogClassifier:
             # not evidence.
             self._source_next = False
             return events
+        if self.failure is not None and "--" in raw:
+            self._note_advice(raw)
         for part in raw.split("\r") if "\r" in raw else (raw,):
             if self.signatures.worth_a_look(part):
                 self._classify(part, now, events)
@@ -314,6 +321,14 @@ class LogClassifier:
             self._frame_phase = next((phase for phase, pattern in sig.frames if pattern.search(msg)), None)
             self._relocate(now, events)
         self._failure(raw, msg, now, events)
+
+    def _note_advice(self, raw: str) -> None:
+        """Keep a line after the failure that names a flag (not the failure line itself)."""
+        sig = self.signatures
+        msg = self.message(raw)
+        if (len(self.advice) < sig.advice_lines and raw != self.failure.line and sig.advice.search(msg)
+                and not sig.frame.search(msg)):
+            self.advice.append(msg.strip())
 
     def _enter(self, phase: str, line: str, now: float) -> Event:
         self.phase = phase

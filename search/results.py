@@ -371,6 +371,8 @@ def trial_text(study: optuna.Study, number: int, width: int = 160) -> str:
         console.print(f"failure: {f.get('kind')} at {f.get('phase')}: {f.get('message') or f.get('line')}")
         for text in d["failure_context"]:
             console.print(("> " if f.get("line") and f["line"].strip() in text else "  ") + text, markup=False)
+        for text in f.get("advice") or []:  # what the study's repairs act on
+            console.print(f"SGLang suggests: {text}", markup=False)
     if d["levels"]:
         grid = Table("concurrency", "tok/s", "req/s", "p99 TTFT ms", "p99 ITL ms", "errors", title="levels")
         for lv in d["levels"]:

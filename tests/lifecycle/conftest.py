@@ -1,7 +1,8 @@
 """Real emulator servers for lifecycle tests: a free port, a private state dir, a tiny landscape.
 
 The landscape below is the issue-3 interface; ``TEST_OUTCOME`` in the server's environment
-picks the startup outcome ("ok", "<phase>:hang", or "<phase>" for that phase's crash text), so
+picks the startup outcome ("ok", "<phase>:hang", "<phase>" for that phase's crash text, or
+"graph_oom" for SGLang's graph-capture OOM with its advice lines), so
 one file covers every outcome and each test says which one it wants.
 """
 
@@ -25,10 +26,17 @@ ERRORS = {
     "warmup": "RuntimeError: trtllm-gen MoE kernels are not supported on SM120.",
 }
 
+GRAPH_OOM = """Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB.
+Possible solutions:
+1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
+2. set --cuda-graph-max-bs to a smaller value (e.g., 16)"""
+
 def startup(flags, env):
     outcome = env.get("TEST_OUTCOME", "ok")
     if outcome == "ok":
         return None
+    if outcome == "graph_oom":
+        return {"phase": "cuda_graph", "error": GRAPH_OOM}
     phase, _, hang = outcome.partition(":")
     return {"phase": phase, "hang": True} if hang else {"phase": phase, "error": ERRORS[phase]}
 

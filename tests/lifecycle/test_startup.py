@@ -53,6 +53,20 @@ def test_clean_start_reaches_ready_with_every_phase_timed(make_profile, marker, 
     assert host.held(profile) == []
 
 
+def test_failure_keeps_the_advice_lines_sglang_prints_after_it(make_profile, marker, tmp_path):
+    """The study's strategy reads what SGLang suggests changing; the deciding line alone names no flag."""
+    _, _, handle, startup, _ = _start(make_profile, marker, tmp_path, "graph_oom")
+    try:
+        failure = startup.failure
+        assert failure is not None and failure.kind == "oom" and failure.phase == "cuda_graph"
+        assert "--" not in failure.line
+        assert failure.advice == ("1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+                                  "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)")
+        assert failure.to_dict()["advice"] == list(failure.advice)
+    finally:
+        handle.stop()
+
+
 @pytest.mark.parametrize(("phase", "kind", "evidence"), CRASHES)
 def test_crash_names_kind_phase_and_line(make_profile, marker, tmp_path, phase, kind, evidence):
     host, profile, handle, startup, events = _start(make_profile, marker, tmp_path, phase)

@@ -119,3 +119,21 @@ def test_describe_names_phase_and_exception() -> None:
     assert len(short) < 120 and " ... " in short and short.endswith("exit status 1.")
     gpu = read_log(FIXTURES / "real/sglang4233_unbalanced_memory.log").failure
     assert describe(gpu).startswith("GPU busy") and "not the config's fault" in describe(gpu)
+
+
+def test_advice_lines_after_a_failure_are_kept() -> None:
+    """SGLang's "Possible solutions" after a graph-capture OOM (0.5.23 wording), frames and the
+    failure line itself left out."""
+    c = LogClassifier("0.5.23")
+    for line in (FIXTURES / "versions" / "v0.5.23_cuda_graph_oom.log").read_text().splitlines():
+        c.feed(line)
+    assert c.failure is not None and c.failure.name == "oom"
+    assert c.advice == [
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+        "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+        "3. disable torch compile by not using --enable-torch-compile",
+        "4. disable CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)",
+    ]
+    quiet = LogClassifier()
+    quiet.feed("[2026-03-01 09:00:00] server_args=ServerArgs(model_path='m') --tp 8")  # no failure yet
+    assert quiet.advice == []
