@@ -37,6 +37,7 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.strategy import SpaceLike, Strategy, grid_space  # noqa: E402
 
@@ -157,15 +158,19 @@ class Simulator:
 
 
 def as_failure(landscape_failure: Mapping[str, Any]) -> dict[str, Any]:
-    """A landscape's failure as the trial records it: the error line classified by the log watcher."""
-    line = str(landscape_failure.get("error", ""))
+    """A landscape's failure as the trial records it: the error's lines through the log watcher,
+    which keeps the deciding line and the advice lines after it (nothing else reaches the study)."""
+    text = str(landscape_failure.get("error", ""))
     if landscape_failure.get("hang"):
-        kind = "stall"
-    else:
-        classifier = LogClassifier()
+        return {"kind": "stall", "phase": landscape_failure.get("phase"), "line": "", "message": "", "advice": []}
+    classifier = LogClassifier()
+    classifier.phase = landscape_failure.get("phase")  # the log had reached it (its lines are not simulated)
+    for line in text.splitlines():
         classifier.feed(line)
-        kind = classifier.failure.name if classifier.failure else "crash"
-    return {"kind": kind, "phase": landscape_failure.get("phase"), "line": line, "message": line}
+    failure = Failure.from_event(classifier.failure, classifier.advice) if classifier.failure else None
+    line = failure.line if failure else text
+    return {"kind": failure.kind if failure else "crash", "phase": landscape_failure.get("phase"), "line": line,
+            "message": line, "advice": list(failure.advice) if failure else []}
 
 
 _ABSENT = object()  # a conditional parameter left out of a config

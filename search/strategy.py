@@ -5,7 +5,7 @@ sample efficiency measured by the benchmark is the product's. Plain TPE knows no
 problem; the strategy adds what we know:
 
 - the baseline is the user's config: it runs first; if it crashes, every value of each parameter its
-  failure line names is tried (SGLang's errors say which flag to change);
+  failure advises changing is tried (SGLang's errors say which flag to change);
 - screening: each parameter first gets one trial, its most different value from the best working
   config (the null/default choice, the far end of a range); only the parameters whose screen moved
   throughput beyond noise (or crashed) get their other values swept, biggest effect first, so
@@ -13,19 +13,24 @@ problem; the strategy adds what we know:
 - that coordinate sweep changes one parameter at a time from the best working config (greedy, but
   a change that wins only by noise does not move the centre), which finds the big single-flag wins
   (a cap removed, graphs off, another backend) and maps crashing values;
-- a value that crashed alone is retried with one partner change (a larger graph batch may fit with
-  a smaller memory fraction): the other parameters its failure names (none if it names only the
-  crashed one), or the numeric ones after an out-of-memory crash that names nothing;
+- a move that crashes is repaired at once with what its failure advises: the log watcher keeps
+  SGLang's advice lines ("set --mem-fraction-static to a smaller value"), and a failure that
+  names no flag gets SGLang's usual advice for its kind (``signatures/advice.yaml``); the advised
+  parameter moves one grid step that way (two if the first repair crashes too);
+- when the centre moves, each one-flag change that won on an earlier centre is tried on the new one;
 - a conditional parameter the best config leaves inactive (the graph batch cap while graphs are
   off) is swept from the best config where it is active; the other choices of an unordered
   categorical (a backend) whose one screen showed nothing are swept last;
 - then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials;
-- the ladder gives early evidence: a trial below the space's per-level target, or well below what
-  completed trials reached at the same level, is pruned after that level;
+- the ladder gives early evidence: a trial below the space's per-level target, well below what
+  completed trials reached at the same level, or unable to catch the best even if it grew over
+  the rest of the ladder as fast as any completed trial did, is pruned after that level;
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
   it); a choice that crashed alone in the sweep is not started again unless it was out of memory
   (a threshold that moves with other flags); an exact repeat of a measured
   config is not started again (noise is handled by the end-of-study re-measurement instead);
+- the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
+  measurements of similar configs, not by the single luckiest measurement;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
 The history lives entirely in the study (user attributes), so a resumed study continues the plan.
@@ -37,9 +42,11 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
 from typing import Any, Protocol
 
 import optuna
+import yaml
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -49,6 +56,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from search.errors import BadInput
+from search.surrogate import posterior_means
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
 OUTCOMES: tuple[str, ...] = ("completed", "crashed", "pruned", "infrastructure")
@@ -80,8 +88,16 @@ _SKIPPED = "skipped"
 _PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
 # A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
 NOISE_MARGIN = 0.04
-# Partner moves tried per value that crashed alone.
+# Repairs tried per move that crashed, and grid steps per advised parameter.
 MAX_PARTNERS = 4
+REPAIR_STEPS = 2
+# A one-flag change that beat its centre by this much is tried again once the centre has moved.
+REVISIT_MARGIN = 0.02
+
+
+# SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
+_ADVICE: dict[str, str] = yaml.safe_load(
+    resources.files("search").joinpath("signatures", "advice.yaml").read_text(encoding="utf-8"))
 
 
 class SpaceLike(Protocol):
@@ -211,8 +227,9 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _failure_text(trial: FrozenTrial) -> str:
+    """The deciding line and SGLang's advice lines after it (one clause per line)."""
     failure = trial.user_attrs.get("failure") or {}
-    return " ".join(str(v) for v in failure.values() if isinstance(v, str))
+    return "\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])])
 
 
 def _failure_kind(trial: FrozenTrial) -> str | None:
@@ -226,6 +243,70 @@ def named_in(text: str, dists: Mapping[str, BaseDistribution]) -> list[str]:
     return [n for n in dists
             if (n.startswith("--") and any(n == f or n.startswith(f + "-") for f in flags))
             or (not n.startswith("--") and re.search(rf"\b{re.escape(n)}\b", text))]
+
+
+_DOWN = re.compile(r"\b(?:smaller|lower|decrease|reduce|less)\b", re.IGNORECASE)
+_UP = re.compile(r"\b(?:larger|higher|increase|raise|bigger|more)\b", re.IGNORECASE)
+_OFF = re.compile(r"\b(?:not using|without|remove|drop)\b", re.IGNORECASE)
+# Clauses of advice: lines, sentences, and the items of a numbered list on one line.
+_CLAUSE = re.compile(r"[;\n]|(?<=[.!?])\s+(?=[A-Z0-9])|\s(?=\d+\.\s)")
+
+
+def _is_bool(dist: BaseDistribution) -> bool:
+    return isinstance(dist, CategoricalDistribution) and set(dist.choices) == {False, True}
+
+
+def advice(text: str, dists: Mapping[str, BaseDistribution]) -> dict[str, tuple[str, Any]]:
+    """What a failure's text advises for each parameter it names, clause by clause.
+
+    ``("down" | "up", None)`` for "set --mem-fraction-static to a smaller value" / "increase
+    --mem-fraction-static"; ``("set", value)`` for a flag given with one of its choices
+    (``--cuda-graph-backend-decode disabled``) or a store_true flag ("disable CUDA graph by
+    --disable-cuda-graph" sets it, "by not using --enable-torch-compile" clears it);
+    ``("any", None)`` where the clause says nothing of how to change it.
+    """
+    out: dict[str, tuple[str, Any]] = {}
+    for clause in _CLAUSE.split(text):
+        for name in named_in(clause, dists):
+            dist = dists[name]
+            given = re.search(rf"{re.escape(name)}(?:=|\s+)([\w.-]+)", clause)
+            choices = {str(c): c for c in getattr(dist, "choices", ())}
+            value = given.group(1).rstrip(".") if given else None  # "...=disabled. (Not recommended)"
+            if value in choices and not _is_bool(dist):
+                out[name] = ("set", choices[value])
+            elif _is_bool(dist):
+                out[name] = ("set", not _OFF.search(clause))
+            elif _DOWN.search(clause):
+                out[name] = ("down", None)
+            elif _UP.search(clause):
+                out[name] = ("up", None)
+            else:
+                out.setdefault(name, ("any", None))
+    return out
+
+
+def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: int = 5) -> Any | None:
+    """The value a hint moves ``value`` to: the next grid value below / above it, the value it
+    sets, or the screen's most different value; None when there is none.
+
+    A categorical of numbers counts as ordered; its null choice (SGLang decides) moves to the
+    smallest / largest number, the value most likely to fix what the advice is about.
+    """
+    how, target = hint
+    if how == "set":
+        return target if target != value and target in getattr(dist, "choices", (target,)) else None
+    if how == "any":
+        return (screen_values(dist, value) or [None])[0]
+    if isinstance(dist, CategoricalDistribution):
+        ordered = sorted(c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool))
+    else:
+        ordered = grid_values(dist, points)
+    if not ordered:
+        return None
+    if not isinstance(value, (int, float)):
+        return ordered[0] if how == "down" else ordered[-1]
+    side = [v for v in ordered if (v < value if how == "down" else v > value)]
+    return (side[-1] if how == "down" else side[0]) if side else None
 
 
 def _constraint_sum(trial: FrozenTrial) -> float:
@@ -298,10 +379,9 @@ class Strategy:
         ]
 
     def incumbent(self, study: optuna.Study) -> FrozenTrial | None:
-        """The best completed trial meeting every constraint (by measured value)."""
-        ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if _constraint_sum(t) <= 0 and t.value is not None]
-        return max(ok, key=lambda t: t.value) if ok else None  # type: ignore[arg-type, return-value]
+        """The best completed trial meeting every constraint: the first one `top` ranks."""
+        best = self.top(study, 1)
+        return best[0] if best else None
 
     def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
         """Choices that crashed when the sweep changed only that parameter of a working config.
@@ -364,18 +444,28 @@ class Strategy:
         return dict(best.params), True
 
     def _named_by_crash(self, study: optuna.Study) -> list[str]:
-        """Parameters the baseline's failure line names: SGLang often says which flag to change
-        ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph")."""
+        """Parameters the baseline's failure advises changing: SGLang often says which flag to change
+        ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph"),
+        and where it does not, its usual advice for that kind of failure names them."""
         for t in self._finished(study):
             if t.constraints.get("crashed", 0) > 0 and _same(t.params, self.space.baseline):
-                return named_in(_failure_text(t), self._dists)
+                return list(self._hints(t))
         return []
+
+    def _active(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config`` without the parameters its own values make inactive (graphs off: no graph
+        batch cap), so it compares equal to the trial that runs it. A config missing a parameter
+        it activates is left as it is: the sampler fills that one in."""
+        try:
+            return self.space.suggest(optuna.trial.FixedTrial(dict(config)))
+        except ValueError:
+            return dict(config)
 
     def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]) -> bool:
         """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
         tried = [t.params for t in self._finished(study)]
         fresh: list[dict[str, Any]] = []
-        for c in configs:
+        for c in map(self._active, configs):
             if any(_same(c, p) for p in [*tried, *fresh]):
                 continue
             if attrs.get(_TAG) == "partner" or self._skip_reason(study, c) is None:
@@ -390,11 +480,11 @@ class Strategy:
         A batch is one parameter's alternative values (or one crash's partner moves); the next
         starts only when the previous batch has finished, so each varies the best config so far
         (greedy); hosts that are free meanwhile take sampler trials.
-        Order: a screen of every parameter; the one-flag sweep (pass 0: every choice and a coarse
-        grid) of the parameters whose screen mattered, biggest effect first; partner moves for values
-        that crashed alone; sweeps of parameters inactive at the centre; the combined trial; the rest
-        of the unordered categoricals; then numeric refinement (pass 1: neighbours at a quarter of the
-        range).
+        Order: repairs of a move that crashed and revisits of earlier wins on a moved centre
+        (whenever there are any); a screen of every parameter; the one-flag sweep (pass 0: every
+        choice and a coarse grid) of the parameters whose screen mattered, biggest effect first;
+        sweeps of parameters inactive at the centre; the combined trial; the rest of the unordered
+        categoricals; then numeric refinement (pass 1: neighbours at a quarter of the range).
         """
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
@@ -410,6 +500,8 @@ class Strategy:
             if self._enqueue(study, variants, {_TAG: "sweep", _SWEEP_PARAM: "named by the crash", _SWEEP_PASS: 0,
                                                _SWEEP_FROM_WORKING: False}):
                 return
+        if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)):
+            return
         if SCREEN and self._plan_screen(study, centre, working):
             return
         effects = self._effects(study) if SCREEN else {}
@@ -421,8 +513,7 @@ class Strategy:
             names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
             if self._sweep(study, centre, working, names, sweep_pass, swept):
                 return
-            if sweep_pass == 0 and working and (self._plan_partners(study, centre)
-                                                or self._plan_inactive(study, centre, swept)
+            if sweep_pass == 0 and working and (self._plan_inactive(study, centre, swept)
                                                 or self._plan_combine(study, centre)):
                 return
             # An unordered categorical's screen tried one choice of several: sweep the rest last.
@@ -535,39 +626,68 @@ class Strategy:
                 effects[name] = max(effect, effects.get(name, 0.0))
         return effects
 
-    # -- partner moves -----------------------------------------------------------------------
-    def _plan_partners(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
-        """Retry each value that crashed alone together with one other change: the crash may need a partner.
+    # -- repairs ---------------------------------------------------------------------------
+    def _hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
+        """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
+        found = advice(_failure_text(trial), self._dists)
+        kind = _failure_kind(trial)
+        if not found and kind in _ADVICE:
+            found = advice(_ADVICE[kind], self._dists)
+        return found
 
-        A larger graph batch that runs out of memory may fit with a smaller memory fraction. The
-        partners of a crash: the other parameters its failure line names (none when it names only
-        the crashed one: the fix is that parameter's own value), else (an out-of-memory crash that
-        names nothing) every numeric parameter's swept values that ran alone. One batch per crash.
+    def _plan_repairs(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
+        """Retry a move that crashed with what its failure advises changing, right away.
+
+        A cap removed may run out of memory in graph capture only because the memory fraction
+        leaves no room: the failure says "set --mem-fraction-static to a smaller value", so the
+        move is retried with that change (one trial per other parameter advised; a parameter the
+        advice names alone means the fix is its own value, which the sweep tries). A repair that
+        crashed too moves its parameter one more grid step the same way, up to REPAIR_STEPS.
+        Done as soon as the crash is seen: the move may be the biggest win of the space.
         """
-        done = {t.user_attrs.get(_PAIR_OF) for t in study.get_trials(deepcopy=False) if _PAIR_OF in t.user_attrs}
-        ran_alone: dict[str, list[Any]] = {}
-        crashes: list[FrozenTrial] = []
-        for t in self._finished(study):
+        finished = self._finished(study)
+        for t in finished:
             name = t.user_attrs.get(_SWEEP_PARAM)
-            if not t.user_attrs.get(_SWEEP_FROM_WORKING) or name not in t.params:
+            if (t.constraints.get("crashed", 0) <= 0 or not t.user_attrs.get(_SWEEP_FROM_WORKING)
+                    or name not in t.params or centre.get(name) == t.params[name]):
                 continue
-            if t.constraints.get("crashed", 0) > 0:
-                crashes.append(t)
-            else:
-                ran_alone.setdefault(name, []).append(t.params[name])
-        for t in crashes:
-            name, value = t.user_attrs[_SWEEP_PARAM], t.params[t.user_attrs[_SWEEP_PARAM]]
-            key = f"{name}={value!r}"
-            if key in done or centre.get(name) == value:
-                continue
-            named = named_in(_failure_text(t), self._dists)
-            partners = [q for q in named if q != name]
-            if not named and _failure_kind(t) == "oom":
-                partners = [q for q, d in self._dists.items()
-                            if q != name and not isinstance(d, CategoricalDistribution)]
-            pairs = [{**centre, name: value, q: w} for q in partners for w in ran_alone.get(q, [])
-                     if q in centre and w != centre[q]][:MAX_PARTNERS]
-            if self._enqueue(study, pairs, {_TAG: "partner", _PAIR_OF: key}):
+            key = f"{name}={t.params[name]!r}"
+            repairs = [r for r in finished if r.user_attrs.get(_PAIR_OF) == key]
+            if any(r.constraints.get("crashed", 0) <= 0 and r.params.get(name) == t.params[name] for r in repairs):
+                continue  # a repair that kept the crashed value ran (graphs off would not count): done
+            moves = []
+            for q, hint in self._hints(t).items():
+                if q == name or q not in centre:
+                    continue
+                tried = [r.params[q] for r in repairs if q in r.params and r.params[q] != centre[q]]
+                if len(tried) >= REPAIR_STEPS or (tried and hint[0] not in ("down", "up")):
+                    continue
+                value = toward(self._dists[q], tried[-1] if tried else centre[q], hint)
+                if value is not None:
+                    moves.append({**centre, name: t.params[name], q: value})
+            if self._enqueue(study, moves[:MAX_PARTNERS], {_TAG: "partner", _PAIR_OF: key}):
+                return True
+        return False
+
+    def _plan_revisit(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
+        """Try again, on the centre it has moved to, a one-flag change that won on an earlier centre.
+
+        A faster backend found before the cap was removed is still likely faster after; without
+        this it is left to the sampler. Best win first, one trial per batch; a change is revisited
+        only where the centre still holds the value it was measured against.
+        """
+        wins: list[tuple[float, str, Any]] = []
+        for t in self._working(study):
+            name, ref, score = t.user_attrs.get(_SWEEP_PARAM), t.user_attrs.get(_SCREEN_REF), self._score(t)
+            if (name in centre and _FROM in t.user_attrs and centre[name] == t.user_attrs[_FROM]
+                    and t.params.get(name, centre[name]) != centre[name] and ref and score
+                    and score > ref * (1.0 + REVISIT_MARGIN)):
+                wins.append((score / ref, name, t.params[name]))
+        ref = self._centre_score(study, centre)
+        for _, name, value in sorted(wins, key=lambda w: -w[0]):
+            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: "revisit", _SWEEP_FROM_WORKING: True,
+                     _SCREEN_REF: ref, _FROM: centre[name]}
+            if self._enqueue(study, [{**centre, name: value}], attrs):
                 return True
         return False
 
@@ -591,7 +711,26 @@ class Strategy:
         if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
             trial.set_user_attr("pruned_because", f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
             return False
+        reach = self._reach(study, step, value)
+        if reach is not None and reach[0] < reach[1]:
+            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s at {concurrency}: growing as fast as any "
+                                                  f"completed trial did, it would reach {reach[0]:.0f}, under the best {reach[1]:.0f}")
+            return False
         return True
+
+    def _reach(self, study: optuna.Study, step: int, value: float) -> tuple[float, float] | None:
+        """(the most a trial at ``value`` after ``step`` can end with, the best objective so far).
+
+        The most: ``value`` times the largest growth from that step to the objective that any
+        completed trial showed, plus twice the noise margin (both measurements vary). None while
+        fewer than PRUNE_MIN_COMPLETED trials completed, and at the last step (nothing to save).
+        """
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if _constraint_sum(t) <= 0 and t.value and t.intermediate_values.get(step)]
+        if len(done) < PRUNE_MIN_COMPLETED or step >= max(len(t.intermediate_values) for t in done) - 1:
+            return None
+        growth = max(float(t.value) / t.intermediate_values[step] for t in done)  # type: ignore[arg-type]
+        return value * growth * (1.0 + 2 * NOISE_MARGIN), max(float(t.value) for t in done)  # type: ignore[arg-type]
 
     # -- telling -----------------------------------------------------------------------------
     @staticmethod
@@ -636,10 +775,18 @@ class Strategy:
             study.tell(trial, state=TrialState.PRUNED)
 
     def top(self, study: optuna.Study, k: int = 3) -> list[FrozenTrial]:
-        """The k best feasible completed trials, distinct configs: what the end re-measures."""
+        """The k best feasible completed trials, distinct configs: what the end re-measures.
+
+        Ranked by the surrogate's estimate, which pools similar configs' measurements, rather than
+        by the single measured value: the highest measurement is often the luckiest. The plain
+        sampler (``guided=False``) ranks by measured value, as Optuna's ``best_trial`` does.
+        """
         ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if _constraint_sum(t) <= 0 and t.value is not None]
-        ok.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
+              if _constraint_sum(t) <= 0 and t.value is not None and t.value > 0]
+        values = [float(t.value) for t in ok]  # type: ignore[arg-type]
+        pooled = posterior_means(self._dists, [t.params for t in ok], values) if self.guided else values
+        estimate = dict(zip((t.number for t in ok), pooled))
+        ok.sort(key=lambda t: estimate[t.number], reverse=True)
         picked: list[FrozenTrial] = []
         for t in ok:
             if not any(_same(t.params, p.params) for p in picked):

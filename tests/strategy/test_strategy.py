@@ -275,3 +275,139 @@ def test_a_running_sampler_trial_does_not_hold_up_the_sweep() -> None:
     planned, _ = strategy.ask(study)  # the sampler trial is still RUNNING
     assert planned.user_attrs["strategy"] == "sweep"
     assert study.trials[sampler_trial.number].state == TrialState.RUNNING
+
+
+SEED_OOM_ADVICE = [  # what the log watcher keeps after SGLang's graph-capture OOM (tests/fixtures/logs)
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+    "3. disable torch compile by not using --enable-torch-compile",
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)",
+]
+
+
+def test_advice_reads_direction_and_value_per_flag() -> None:
+    from optuna.distributions import CategoricalDistribution
+    from search.strategy import advice, discover
+    dists = discover(FixtureSpace())
+    assert advice("\n".join(SEED_OOM_ADVICE), dists) == {
+        "--mem-fraction-static": ("down", None), "--cuda-graph-max-bs-decode": ("down", None),
+        "--disable-cuda-graph": ("set", True)}
+    assert advice("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                  "self.server_args.mem_fraction_static=0.95", dists) == {"--mem-fraction-static": ("up", None)}
+    assert advice("NCCL WARN NCCL_MIN_NCHANNELS ignored", dists) == {"NCCL_MIN_NCHANNELS": ("any", None)}
+    graphs = {"--cuda-graph-backend-decode": CategoricalDistribution(["full", "breakable", "disabled"]),
+              "--enable-torch-compile": CategoricalDistribution([False, True])}
+    assert advice("4. disable CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended)\n"
+                  "3. disable torch compile by not using --enable-torch-compile", graphs) == {
+        "--cuda-graph-backend-decode": ("set", "disabled"), "--enable-torch-compile": ("set", False)}
+
+
+def test_toward_moves_one_grid_step_the_advised_way() -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from search.strategy import toward
+    fraction = FloatDistribution(0.80, 0.95, step=0.01)
+    assert toward(fraction, 0.92, ("down", None)) == 0.91  # grid 0.80, 0.84, 0.87, 0.91, 0.95
+    assert toward(fraction, 0.88, ("down", None)) == 0.87
+    assert toward(fraction, 0.80, ("down", None)) is None
+    assert toward(fraction, 0.88, ("up", None)) == 0.91
+    batches = CategoricalDistribution([None, 64, 128, 256, 512])
+    assert toward(batches, 256, ("down", None)) == 128
+    assert toward(batches, None, ("down", None)) == 64  # SGLang's own choice: the smallest fixes most
+    assert toward(CategoricalDistribution([False, True]), False, ("set", True)) is True
+    assert toward(CategoricalDistribution([False, True]), True, ("set", True)) is None
+
+
+def _oom(advice: list[str]) -> dict:
+    return {"kind": "oom", "phase": "cuda_graph", "message": "",
+            "line": "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB.",
+            "advice": advice}
+
+
+def test_a_move_that_runs_out_of_memory_is_repaired_at_once_the_way_the_advice_says() -> None:
+    """Removing the cap crashes in graph capture; the very next trials retry it with a smaller memory
+    fraction, a smaller graph batch and graphs off, before any other parameter is screened."""
+    space, strategy, study = _started()
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=900.0)
+    trial, config = strategy.ask(study)
+    assert trial.user_attrs["sweep_param"] == "--max-running-requests"
+    strategy.tell(study, trial, "crashed", failure=_oom(SEED_OOM_ADVICE))
+    repairs = []
+    for _ in range(3):
+        repair, fixed = strategy.ask(study)
+        assert repair.user_attrs["strategy"] == "partner" and fixed["--max-running-requests"] == config["--max-running-requests"]
+        repairs.append({k: v for k, v in fixed.items() if k != "--max-running-requests" and v != space.baseline.get(k)})
+        strategy.tell(study, repair, "crashed", failure=_oom(SEED_OOM_ADVICE))
+    assert repairs == [{"--mem-fraction-static": 0.87}, {"--cuda-graph-max-bs-decode": 76}, {"--disable-cuda-graph": True}]
+    # They all crashed too: the numeric ones go one step further; graphs off is not tried twice.
+    further = []
+    for _ in range(2):
+        repair, fixed = strategy.ask(study)
+        further.append((fixed["--mem-fraction-static"], fixed.get("--cuda-graph-max-bs-decode")))
+        strategy.tell(study, repair, "crashed", failure=_oom(SEED_OOM_ADVICE))
+    assert further == [(0.84, 128), (0.88, 32)]
+    nxt, _ = strategy.ask(study)
+    assert nxt.user_attrs["strategy"] == "sweep" and nxt.user_attrs["sweep_param"] != "--max-running-requests"
+
+
+def test_an_oom_that_names_no_flag_gets_sglangs_usual_advice() -> None:
+    space, strategy, study = _started()
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=900.0)
+    trial, config = strategy.ask(study)
+    strategy.tell(study, trial, "crashed", failure=_oom([]))
+    repair, fixed = strategy.ask(study)
+    assert repair.user_attrs["strategy"] == "partner"
+    assert fixed == {**config, "--mem-fraction-static": 0.87}
+
+
+def test_a_win_on_an_old_centre_is_tried_again_on_the_new_one() -> None:
+    """The backend's screen wins 3% (within noise: the centre stays); a lower memory fraction then
+    doubles throughput and moves the centre, so the backend change is tried again on the new centre."""
+    space, strategy, study = _started()
+    for _ in range(12):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs.get("sweep_pass") == "revisit":
+            break
+        value = 1000.0 * (2.0 if config["--mem-fraction-static"] == 0.80 else 1.0) \
+            * (1.03 if config["--moe-runner-backend"] == "auto" else 1.0)
+        strategy.tell(study, trial, "completed", objective=value)
+    assert trial.user_attrs.get("sweep_pass") == "revisit"
+    assert config == {**space.baseline, "--mem-fraction-static": 0.80, "--moe-runner-backend": "auto"}
+
+
+def test_a_level_that_cannot_catch_the_best_is_pruned() -> None:
+    """Completed trials grew at most 2x from the first level to their objective: a trial whose first
+    level is a third of theirs cannot win, and one at the same level is kept."""
+    strategy = Strategy(FixtureSpace(), seed=0)
+    study = _study(strategy)
+    for levels in ([1000.0, 1500.0, 2000.0], [900.0, 1000.0, 1100.0]):
+        done = study.ask()
+        for step, value in enumerate(levels):
+            strategy.on_level(study, done, step, LADDER[step], value)
+        strategy.tell(study, done, "completed", objective=levels[-1])
+    keep = study.ask()
+    assert strategy.on_level(study, keep, 0, 64, 1000.0) is True
+    slow = study.ask()
+    assert strategy.on_level(study, slow, 0, 64, 700.0) is False  # 700 x 2 x 1.08 < 2000
+    assert "would reach 1512, under the best 2000" in slow.user_attrs["pruned_because"]
+    last = study.ask()
+    assert strategy.on_level(study, last, 2, 512, 1200.0) is True  # no level after it: not pruned by reach
+
+
+def test_top_ranks_by_the_pooled_estimate_not_the_luckiest_measurement() -> None:
+    """cutlass was measured four times around 1000 and once at 1100 (a lucky run); a flashinfer_cutlass
+    config measured 1060 twice is really better. The measured maximum would pick the lucky run."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    runs = [("cutlass", 64, v) for v in (1000.0, 990.0, 1010.0, 1000.0, 1100.0)] + \
+        [("flashinfer_cutlass", 128, 1060.0), ("flashinfer_cutlass", 128, 1060.0)]
+    for backend, batch, value in runs:
+        study.enqueue_trial({**space.baseline, "--moe-runner-backend": backend, "--cuda-graph-max-bs-decode": batch})
+        trial = study.ask()
+        space.suggest(trial)
+        strategy.tell(study, trial, "completed", objective=value)
+    best = strategy.top(study, 1)[0]
+    assert best.params["--moe-runner-backend"] == "flashinfer_cutlass"
+    assert max(study.trials, key=lambda t: t.value).params["--moe-runner-backend"] == "cutlass"
