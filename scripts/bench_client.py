@@ -94,33 +94,25 @@ def serve(sock: socket.socket, interval: float = 0.0) -> None:
 
 
 def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _one_process(url: str, concurrency: int, requests: int, output_len: int, out: "mp.Queue[tuple[int, float]]") -> None:
-    spec = LadderSpec(concurrency=(concurrency,), input_len=16, output_len=output_len, duration_s=None,
-                      requests=requests)
-    cpu = _cpu()
-    level = run_ladder(url, spec).levels[0]
-    out.put((level.total_output_tokens, _cpu() - cpu))
+    """CPU seconds of this process and of the children it has reaped (the load-test workers)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def run_client(url: str, concurrency: int, requests: int, output_len: int, processes: int) -> dict[str, float]:
-    """chunks/s over ``processes`` worker processes sharing the load evenly."""
-    out: mp.Queue[tuple[int, float]] = mp.Queue()
-    procs = [mp.Process(target=_one_process, args=(url, concurrency // processes, requests // processes, output_len, out))
-             for _ in range(processes)]
+    """chunks/s with the streams in ``processes`` processes: the product's own worker path
+    (``LadderSpec.workers``); the rate is over the level (first send to last end), not the
+    workers' start-up."""
+    spec = LadderSpec(concurrency=(concurrency,), input_len=16, output_len=output_len, duration_s=None,
+                      requests=requests, workers=processes)
+    cpu = _cpu()
     start = time.perf_counter()
-    for p in procs:
-        p.start()
-    results = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
+    level = run_ladder(url, spec).levels[0]
     wall = time.perf_counter() - start
-    tokens = sum(t for t, _ in results)
-    cpu = sum(c for _, c in results)
-    return {"chunks_per_s": tokens / wall, "client_cpu_s": cpu, "wall_s": wall, "cpu_us_per_chunk": 1e6 * cpu / tokens}
+    cpu = _cpu() - cpu
+    tokens = level.total_output_tokens
+    return {"chunks_per_s": tokens / level.duration, "client_cpu_s": cpu, "wall_s": wall,
+            "cpu_us_per_chunk": 1e6 * cpu / tokens}
 
 
 async def _parse_rate(url: str, requests: int, output_len: int, use_httpx_sse: bool) -> float:

@@ -197,6 +197,8 @@ class LoadTest(_Model):
     duration_s: PositiveFloat | None = None
     requests: PositiveInt | None = None
     warmup_s: Annotated[float, Field(ge=0)] = 10.0
+    # Client processes the streams run in; null: one, more for a level where it used a whole core.
+    workers: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _per_level(self) -> LoadTest:

@@ -321,7 +321,7 @@ class StudyRun:
         mine = self.space.model_dump(mode="json")
         if stored is None:
             study.set_user_attr(SPACE_ATTR, mine)
-        elif stored != mine:
+        elif space_of(study).model_dump(mode="json") != mine:  # read as today's schema reads it (new defaults)
             raise BadInput(f"study {self.name!r} was created with a different space; resume it with the same space "
                            "file, or give a new --study name")
         return study

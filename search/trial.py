@@ -75,7 +75,8 @@ def ladder_spec(space: Space) -> LadderSpec:
     """The space's load test as the ladder runs it."""
     lt = space.load_test
     return LadderSpec(concurrency=tuple(lt.concurrency), input_len=lt.input_len, output_len=lt.output_len,
-                      duration_s=lt.duration_s, requests=lt.requests, warmup_s=lt.warmup_s, api=lt.api)
+                      duration_s=lt.duration_s, requests=lt.requests, warmup_s=lt.warmup_s, api=lt.api,
+                      workers=lt.workers)
 
 
 def slos_of(space: Space) -> dict[str, float | None]:
@@ -244,5 +245,5 @@ def _crashed(result: TrialResult, reason: str) -> None:
     """The server died (or broke) after it was ready: the classifier's failure when it saw one."""
     event = result.startup.watch.failure
     result.outcome = "crashed"
-    result.failure = (Failure.from_event(event) if event is not None
+    result.failure = (Failure.from_event(event, result.startup.watch.classifier.advice) if event is not None
                       else Failure("crash", "ready", reason, False, f"crashed while serving: {reason}"))

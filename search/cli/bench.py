@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from search.errors import RunFailed
+from search.errors import BadInput, RunFailed
 from search.loadtest import (
     LadderResult,
     LadderSpec,
@@ -33,6 +33,7 @@ _COLUMNS = (  # header, LevelResult key, format
     ("done", "completed", "{:d}"),
     ("errors", "errors", None),
     ("window s", "duration", "{:.1f}"),
+    ("client", ("client_processes", "client_cpu"), "{:d}x {:.0%}"),
 )
 
 
@@ -55,6 +56,15 @@ def _table(result: LadderResult) -> Table:
     return table
 
 
+def _workers(text: str) -> int | None:
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise BadInput(f"--workers: {text!r} is not a number of processes or auto") from None
+
+
 def bench(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:30000"),
     concurrency: str = typer.Option("64,256,512,1024", help="Comma-separated concurrency levels, run ascending."),
@@ -66,6 +76,8 @@ def bench(
                                                    "counted as sglang.bench_serving --num-prompts N does."),
     warmup: str = typer.Option("10s", help="Uncounted warm-up per level (duration mode)."),
     api: str = typer.Option("completions", help="completions | chat | generate"),
+    workers: str = typer.Option("auto", help="Client processes for the streams: N, or auto (one, and more "
+                                             "for a level where it used a whole core)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
     """Load-test a running server (SGLang or anything OpenAI-compatible) up a concurrency ladder."""
@@ -77,6 +89,7 @@ def bench(
         requests=requests,
         warmup_s=parse_duration(warmup, "--warmup", allow_zero=True),
         api=api,
+        workers=_workers(workers),
     )
     check_reachable(url)
     err = Console(stderr=True)

@@ -1,6 +1,7 @@
 """Load test: streamed requests up a concurrency ladder, with ``sglang.bench_serving``'s metrics.
 
-Modules: ``spec`` (what to run), ``client`` (one streamed request), ``metrics`` (per-level
+Modules: ``spec`` (what to run), ``client`` (one streamed request), ``streams`` (a level's streams,
+in this process or over worker processes), ``metrics`` (per-level
 results), ``ladder`` (closed-loop levels, early end, abort, prune).
 """
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import httpx
 
 from search.errors import BadInput
-from search.loadtest.client import Prompts, Record, stream_one
+from search.loadtest.client import Prompts
 from search.loadtest.metrics import (
     LevelResult,
     chunks_between,
@@ -27,6 +27,7 @@ from search.loadtest.metrics import (
     relative_half_width,
 )
 from search.loadtest.spec import LadderSpec
+from search.loadtest.streams import Source, Streams, Workers, make_clients
 
 OnLevel = Callable[[LevelResult], bool]
 ShouldAbort = Callable[[], "str | None"]
@@ -34,6 +35,8 @@ ShouldAbort = Callable[[], "str | None"]
 _TICK_S = 0.05  # how often a level polls should_abort, errors and its clock
 _MIN_BINS = 10  # convergence needs at least this many throughput bins
 _MIN_FINISHED_FOR_ERROR_RATE = 20
+CLIENT_BUSY = 0.85  # a client process using this share of a core or more may be the bottleneck
+MAX_WORKERS = max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -90,59 +93,46 @@ async def _model_name(client: httpx.AsyncClient, url: str, spec: LadderSpec) -> 
 class _Level:
     """One closed-loop level: ``concurrency`` streams, each sending its next request when the last ends."""
 
-    def __init__(self, clients: list[httpx.AsyncClient], url: str, spec: LadderSpec, model: str,
-                 concurrency: int, rng: random.Random, should_abort: ShouldAbort | None) -> None:
-        self.clients, self.url, self.spec = clients, url, spec
-        self.prompts = Prompts(spec, model, rng)
-        self.concurrency, self.rng, self.should_abort = concurrency, rng, should_abort
-        self.records: list[Record] = []
-        self.stop = False
-        self.issued = 0
-        self.finished = 0  # requests that ended, cancelled ones excluded
-        self.failures: Counter[str] = Counter()
-
-    async def _stream(self, client: httpx.AsyncClient) -> None:
-        spec = self.spec
-        while not self.stop and (spec.requests is None or self.issued < spec.requests):
-            self.issued += 1
-            body = self.prompts.body()
-            record = Record(send=time.perf_counter(), input_tokens=spec.input_len)
-            self.records.append(record)
-            await stream_one(client, self.url, spec.api, body, record)
-            self.finished += 1
-            if record.error:
-                self.failures[record.error] += 1
-            if record.error == "connect":
-                return  # the monitor sees it and aborts the level
+    def __init__(self, source: Source, url: str, spec: LadderSpec, concurrency: int,
+                 should_abort: ShouldAbort | None) -> None:
+        self.source, self.url, self.spec = source, url, spec
+        self.concurrency, self.should_abort = concurrency, should_abort
 
     def _check(self) -> None:
         """Raise _Abort when the server died or errors passed the threshold."""
         reason = self.should_abort() if self.should_abort else None
         if reason:
             raise _Abort(reason)
-        if self.failures["connect"]:
+        failures, finished = self.source.failures, self.source.finished
+        if failures["connect"]:
             raise _Abort(f"server died: {_refused(self.url)}")
-        failed = sum(self.failures.values())
-        if self.finished >= _MIN_FINISHED_FOR_ERROR_RATE and failed > self.spec.max_error_rate * self.finished:
-            kinds = ", ".join(f"{k}: {n}" for k, n in sorted(self.failures.items()))
-            raise _Abort(f"{failed} of {self.finished} requests failed ({kinds}), over the "
+        failed = sum(failures.values())
+        if finished >= _MIN_FINISHED_FOR_ERROR_RATE and failed > self.spec.max_error_rate * finished:
+            kinds = ", ".join(f"{k}: {n}" for k, n in sorted(failures.items()))
+            raise _Abort(f"{failed} of {finished} requests failed ({kinds}), over the "
                          f"{self.spec.max_error_rate:.0%} threshold")
 
+    async def _tick(self) -> float:
+        """Sleep a tick, bring the records up to date, check; the time the records are complete to."""
+        await asyncio.sleep(_TICK_S)
+        await self.source.sync()
+        self._check()
+        return time.perf_counter() - self.source.lag
+
     async def run(self) -> LevelResult:
-        tasks = [asyncio.create_task(self._stream(c)) for c in self.clients[: self.concurrency]]
         try:
             if self.spec.requests is not None:
-                while not all(t.done() for t in tasks):
-                    self._check()
-                    await asyncio.sleep(_TICK_S)
+                while not self.source.done():
+                    await self._tick()
+                await self.source.sync()
                 self._check()
-                return from_requests(self.concurrency, self.records)
-            return await self._steady_state()
+                result = from_requests(self.concurrency, self.source.records)
+            else:
+                result = await self._steady_state()
         finally:
-            self.stop = True
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            cpu = await self.source.close()
+        result.client_cpu = cpu
+        return result
 
     async def _steady_state(self) -> LevelResult:
         """Warm up, then measure until the duration is up or the throughput has converged.
@@ -150,37 +140,33 @@ class _Level:
         The warm-up lasts ``warmup_s`` and until every stream is decoding (its first request
         has a token), bounded by 3x ``warmup_s`` for a server that queues part of the level.
         """
-        spec = self.spec
+        spec, records = self.spec, self.source.records
         assert spec.duration_s is not None
         start = time.perf_counter()
         while True:
-            self._check()
-            now = time.perf_counter()
+            now = await self._tick()
             if now - start >= spec.warmup_s and (
                 now - start >= 3 * spec.warmup_s
-                or len(self.records) >= self.concurrency
-                and all(r.chunks or r.end for r in self.records[: self.concurrency])
+                or len(records) >= self.concurrency
+                and all(r.chunks or r.end for r in records[: self.concurrency])
             ):
                 break
-            await asyncio.sleep(_TICK_S)
-        t0 = time.perf_counter()
+        t0 = now
         bin_s = min(5.0, max(0.2, spec.duration_s / 30))
         bins: list[int] = []
         ci = float("inf")
         while True:
-            await asyncio.sleep(_TICK_S)
-            self._check()
-            now = time.perf_counter()
+            now = await self._tick()
             while now >= t0 + (len(bins) + 1) * bin_s:
                 a = t0 + len(bins) * bin_s
-                bins.append(chunks_between(self.records, a, a + bin_s))
+                bins.append(chunks_between(records, a, a + bin_s))
                 ci = relative_half_width(bins)
             if now - t0 >= spec.duration_s:
-                return from_window(self.concurrency, self.records, t0, now,
+                return from_window(self.concurrency, records, t0, now,
                                    converged=ci < spec.converge_ci, output_throughput_ci=_finite(ci))
             if len(bins) >= _MIN_BINS and ci < spec.converge_ci:
                 t1 = t0 + len(bins) * bin_s  # end on a bin boundary: the window the CI describes
-                return from_window(self.concurrency, self.records, t0, t1, converged=True,
+                return from_window(self.concurrency, records, t0, t1, converged=True,
                                    ended_early=True, output_throughput_ci=ci)
 
 
@@ -194,26 +180,37 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
     url = url.rstrip("/")
     result = LadderResult(spec=spec)
     rng = random.Random(spec.seed)
-    # One keep-alive connection per stream, each in its own client: httpcore's pool scans every
-    # connection on each request and response (O(pool) per event; at 512 streams in one pool
-    # 30M is_idle() calls for 1,024 requests), so a shared pool of 1,024 would be the bottleneck.
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    timeout = httpx.Timeout(spec.request_timeout_s, connect=10.0, pool=None)
-    ssl = httpx.create_ssl_context()  # built once: a context per client costs milliseconds each
+    workers = spec.workers or 1  # None: start in this process, add processes once it is the bottleneck
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(httpx.AsyncClient(limits=limits, timeout=timeout, verify=ssl))
-                   for _ in range(max(spec.concurrency))]
+        clients = await make_clients(spec, max(spec.concurrency), stack)
         try:
             model = await _model_name(clients[0], url, spec)
         except httpx.ConnectError:
             result.aborted, result.aborted_at = f"server died: {_refused(url)}", spec.concurrency[0]
             return result
+        pool: Workers | None = None
+        stack.callback(lambda: pool.close() if pool else None)
         for concurrency in spec.concurrency:
-            try:
-                level = await _Level(clients, url, spec, model, concurrency, rng, should_abort).run()
-            except _Abort as exc:
-                result.aborted, result.aborted_at = str(exc), concurrency
-                return result
+            while True:
+                if workers > 1 and pool is None:
+                    pool = await asyncio.get_running_loop().run_in_executor(
+                        None, Workers, workers, url, spec, model, spec.seed)
+                source: Source = (pool.level(concurrency, spec.requests) if pool else
+                                  Streams(clients, url, spec, Prompts(spec, model, rng), concurrency, spec.requests))
+                try:
+                    level = await _Level(source, url, spec, concurrency, should_abort).run()
+                except _Abort as exc:
+                    result.aborted, result.aborted_at = str(exc), concurrency
+                    return result
+                if spec.workers is not None or level.client_cpu < CLIENT_BUSY or workers >= MAX_WORKERS:
+                    break
+                # The client used a whole core: it, not the server, may have set this level's rate.
+                # Measure the level again with the streams spread over more processes.
+                workers = min(MAX_WORKERS, workers * 2)
+                if pool is not None:
+                    pool.close()
+                    pool = None
+            level.client_processes = workers
             result.levels.append(level)
             if on_level is not None and not on_level(level):
                 result.pruned = True

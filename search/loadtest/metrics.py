@@ -63,6 +63,8 @@ class LevelResult:
     converged: bool = False  # the throughput's confidence half-width fell under the threshold
     ended_early: bool = False  # the level stopped before its full duration because it converged
     output_throughput_ci: float | None = None  # relative 95% half-width of output_throughput
+    client_cpu: float | None = None  # the busiest client process's CPU, as a share of one core
+    client_processes: int = 1  # processes the level's streams ran in
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

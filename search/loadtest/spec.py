@@ -37,6 +37,8 @@ class LadderSpec:
     seed: int = 0
     model: str | None = None
     request_timeout_s: float = 600.0  # a stream silent this long counts as a "timeout" error
+    # Processes the streams run in; None: one, and more for a level where it used a whole core.
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
@@ -56,6 +58,8 @@ class LadderSpec:
             raise BadInput(f"--api must be one of {', '.join(APIS)}, not {self.api!r}")
         if not 0 < self.converge_ci < 1:
             raise BadInput("convergence threshold must be a fraction between 0 and 1, e.g. 0.02")
+        if self.workers is not None and self.workers < 1:
+            raise BadInput("--workers must be at least 1 (or auto)")
         if not 0 <= self.max_error_rate <= 1:
             raise BadInput("max error rate must be a fraction between 0 and 1")
 

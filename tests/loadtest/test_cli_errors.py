@@ -36,6 +36,8 @@ def test_unreachable_url(capsys: pytest.CaptureFixture[str]) -> None:
         (["--duration", "abc"], "--duration: 'abc' is not a positive duration"),
         (["--duration", "10s", "--requests", "5"], "give exactly one of --duration and --requests"),
         (["--api", "grpc"], "--api must be one of completions, chat, generate"),
+        (["--workers", "many"], "--workers: 'many' is not a number of processes or auto"),
+        (["--workers", "0"], "--workers must be at least 1 (or auto)"),
     ],
 )
 def test_bad_option(option: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

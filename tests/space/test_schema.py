@@ -88,3 +88,13 @@ def test_when_accepts_one_of_several_values() -> None:
     space = parse_space(data)
     assert space.is_active("--cuda-graph-max-bs", {"--max-running-requests": 256})
     assert not space.is_active("--cuda-graph-max-bs", {"--max-running-requests": None})
+
+
+def test_load_test_workers_reach_the_ladder(write_space) -> None:
+    from search.trial import ladder_spec
+    data = copy.deepcopy(MINIMAL)
+    assert ladder_spec(load_space(write_space(data))).workers is None  # auto by default
+    data["load_test"] = {"workers": 3}
+    assert ladder_spec(load_space(write_space(data))).workers == 3
+    data["load_test"] = {"workers": 0}
+    assert any("load_test.workers: Input should be greater than 0" in p for p in _problems(write_space, data))

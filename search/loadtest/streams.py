@@ -1,0 +1,277 @@
+"""A level's closed-loop streams, in this process or spread over worker processes.
+
+One process consumes about 16,000 streamed chunks/s per core (BENCHMARKS.md, client ceiling):
+plenty for the seed's 4,000 tok/s, not for an 8-GPU server streaming 30,000 tokens/s one token
+per chunk. Past that the client, not the server, would set the measured rate, so a level's
+streams can run in worker processes, each with its own event loop and connections. Their
+records are mirrored into the parent as they grow (every ``FLUSH_S``), so the ladder's windows,
+convergence test and abort checks read one list of records either way. No library spreads one
+asyncio load over processes while keeping per-chunk timestamps, hence the pipes below;
+``time.perf_counter`` is the system's monotonic clock on Linux, the same in every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+import httpx
+
+from search.loadtest.client import Prompts, Record, stream_one
+from search.loadtest.spec import LadderSpec
+
+FLUSH_S = 0.05  # how often a worker sends what its records gained
+_START_TIMEOUT_S = 60.0  # a worker that does not answer by then is broken
+
+
+def make_clients(spec: LadderSpec, n: int, stack: contextlib.AsyncExitStack) -> Any:
+    """``n`` single-connection keep-alive clients (a coroutine giving the list).
+
+    One connection per client: httpcore's pool scans every connection on each request and
+    response (O(pool) per event; at 512 streams in one pool 30M is_idle() calls for 1,024
+    requests), so a shared pool of 1,024 would be the bottleneck.
+    """
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    timeout = httpx.Timeout(spec.request_timeout_s, connect=10.0, pool=None)
+    ssl = httpx.create_ssl_context()  # built once: a context per client costs milliseconds each
+
+    async def make() -> list[httpx.AsyncClient]:
+        return [await stack.enter_async_context(httpx.AsyncClient(limits=limits, timeout=timeout, verify=ssl))
+                for _ in range(n)]
+
+    return make()
+
+
+class Source(Protocol):
+    """What a level reads while its streams run, wherever they run."""
+
+    records: list[Record]
+    finished: int  # requests that ended, cancelled ones excluded
+    failures: Counter[str]
+    lag: float  # how far behind now the records may be
+
+    async def sync(self) -> None: ...  # bring the records up to date
+
+    def done(self) -> bool: ...  # every stream has stopped (a --requests level is through)
+
+    async def close(self) -> float: ...  # stop every stream; the busiest process's CPU share of a core
+
+
+class Streams:
+    """``concurrency`` streams in this process, each sending its next request when the last ends.
+
+    ``requests`` (None: until closed) is the number of requests to issue in all.
+    """
+
+    lag = 0.0
+
+    def __init__(self, clients: list[httpx.AsyncClient], url: str, spec: LadderSpec, prompts: Prompts,
+                 concurrency: int, requests: int | None) -> None:
+        self.url, self.spec, self.prompts, self.requests = url, spec, prompts, requests
+        self.records: list[Record] = []
+        self.issued = 0
+        self.finished = 0
+        self.failures: Counter[str] = Counter()
+        self.stop = False
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self.tasks = [asyncio.create_task(self._stream(c)) for c in clients[:concurrency]]
+
+    async def _stream(self, client: httpx.AsyncClient) -> None:
+        while not self.stop and (self.requests is None or self.issued < self.requests):
+            self.issued += 1
+            record = Record(send=time.perf_counter(), input_tokens=self.spec.input_len)
+            body = self.prompts.body()
+            self.records.append(record)
+            await stream_one(client, self.url, self.spec.api, body, record)
+            self.finished += 1
+            if record.error:
+                self.failures[record.error] += 1
+            if record.error == "connect":
+                return  # the level's check sees it and aborts
+
+    async def sync(self) -> None:
+        return None
+
+    def done(self) -> bool:
+        return all(t.done() for t in self.tasks)
+
+    async def close(self) -> float:
+        self.stop = True
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        return (time.process_time() - self._cpu0) / max(time.perf_counter() - self._wall0, 1e-9)
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+@dataclass(slots=True)
+class _Delta:
+    """What one record gained since the last flush."""
+
+    key: int
+    send: float
+    input_tokens: int
+    chunks: list[float]
+    end: float | None
+    output_tokens: int | None
+    error: str | None
+
+
+def _worker_main(conn: Connection, url: str, spec: LadderSpec, model: str, seed: int) -> None:
+    """A worker: runs the streams it is told to, sending record deltas, until told to quit."""
+    asyncio.run(_worker(conn, url, spec, model, seed))
+
+
+async def _worker(conn: Connection, url: str, spec: LadderSpec, model: str, seed: int) -> None:
+    rng = random.Random(seed)
+    async with contextlib.AsyncExitStack() as stack:
+        clients: list[httpx.AsyncClient] = []
+        conn.send(("ready",))
+        while True:
+            command = conn.recv()  # idle between levels: nothing else runs here
+            if command[0] == "quit":
+                return
+            if command[0] != "run":
+                continue  # a "stop" for a level whose streams had already ended
+            _, concurrency, requests = command
+            clients += await make_clients(spec, max(0, concurrency - len(clients)), stack)
+            streams = Streams(clients, url, spec, Prompts(spec, model, rng), concurrency, requests)
+            outbox = _Outbox(streams.records)
+            told = None
+            while not streams.done():
+                await asyncio.sleep(FLUSH_S)
+                outbox.flush(conn)
+                if conn.poll(0):
+                    told = conn.recv()[0]
+                    break
+            cpu = await streams.close()
+            outbox.flush(conn)
+            conn.send(("stopped", cpu))
+            if told == "quit":
+                return
+
+
+class _Outbox:
+    """Sends what each record gained since the last flush; a record that ended is sent no more."""
+
+    def __init__(self, records: list[Record]) -> None:
+        self.records = records
+        self.sent: list[int] = []  # chunks already sent per record, -1 before its first delta
+        self.ended: list[bool] = []
+
+    def flush(self, conn: Connection) -> None:
+        deltas = []
+        for key, r in enumerate(self.records):
+            if key == len(self.sent):
+                self.sent.append(-1)
+                self.ended.append(False)
+            if self.ended[key] or (self.sent[key] == len(r.chunks) and r.end is None):
+                continue
+            start = max(self.sent[key], 0)
+            deltas.append(_Delta(key, r.send, r.input_tokens, r.chunks[start:], r.end, r.output_tokens, r.error))
+            self.sent[key], self.ended[key] = len(r.chunks), r.end is not None
+        if deltas:
+            conn.send(("delta", deltas))
+
+
+class Workers:
+    """Worker processes for a whole ladder; each level gets a :class:`RemoteStreams` on them."""
+
+    def __init__(self, n: int, url: str, spec: LadderSpec, model: str, seed: int) -> None:
+        context = multiprocessing.get_context("spawn")  # the driver may hold threads: never fork it
+        self.conns: list[Connection] = []
+        self.procs = []
+        for i in range(n):
+            parent, child = context.Pipe()
+            proc = context.Process(target=_worker_main, args=(child, url, spec, model, seed * 1000 + i),
+                                   daemon=True, name=f"search-loadtest-{i}")
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            if not conn.poll(_START_TIMEOUT_S):
+                self.close()
+                raise RuntimeError("a load-test worker process did not start")
+            conn.recv()
+
+    def level(self, concurrency: int, requests: int | None) -> RemoteStreams:
+        return RemoteStreams(self.conns, concurrency, requests)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(("quit",))
+        for proc in self.procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` near-equal whole shares."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class RemoteStreams:
+    """A level's streams spread over the workers, mirrored into ``records``."""
+
+    lag = 2 * FLUSH_S
+
+    def __init__(self, conns: list[Connection], concurrency: int, requests: int | None) -> None:
+        self.conns = [c for c, share in zip(conns, _shares(concurrency, len(conns))) if share]
+        self.records: list[Record] = []
+        self.finished = 0
+        self.failures: Counter[str] = Counter()
+        self._mirror: dict[tuple[int, int], Record] = {}
+        self._stopped: dict[int, float] = {}  # worker -> its CPU share
+        request_shares = _shares(requests, len(self.conns)) if requests is not None else [None] * len(self.conns)
+        for conn, share, budget in zip(self.conns, _shares(concurrency, len(self.conns)), request_shares):
+            conn.send(("run", share, budget))
+
+    def _apply(self, worker: int, message: tuple) -> None:
+        if message[0] == "stopped":
+            self._stopped[worker] = float(message[1])
+            return
+        for d in message[1]:
+            record = self._mirror.get((worker, d.key))
+            if record is None:
+                record = self._mirror[(worker, d.key)] = Record(send=d.send, input_tokens=d.input_tokens)
+                self.records.append(record)
+            record.chunks.extend(d.chunks)
+            record.output_tokens, record.error = d.output_tokens, d.error
+            if d.end is not None and record.end is None:
+                record.end = d.end
+                if d.error != "cancelled":  # still running when the level ended: not a request's end
+                    self.finished += 1
+                    if d.error:
+                        self.failures[d.error] += 1
+
+    async def sync(self) -> None:
+        for worker, conn in enumerate(self.conns):
+            while worker not in self._stopped and conn.poll(0):
+                self._apply(worker, conn.recv())
+
+    def done(self) -> bool:
+        return len(self._stopped) == len(self.conns)
+
+    async def close(self) -> float:
+        for worker, conn in enumerate(self.conns):
+            if worker not in self._stopped:
+                conn.send(("stop",))
+        loop = asyncio.get_running_loop()
+        for worker, conn in enumerate(self.conns):
+            while worker not in self._stopped:
+                if not await loop.run_in_executor(None, conn.poll, _START_TIMEOUT_S):
+                    raise RuntimeError("a load-test worker process stopped answering")
+                self._apply(worker, conn.recv())
+        return max(self._stopped.values(), default=0.0)
