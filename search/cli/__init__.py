@@ -6,12 +6,20 @@ codes (0 ok, 2 bad usage or input, 1 failed run) with a one-line message.
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
+from typing import Any, NoReturn
 
-import click
 import typer
 
 from search.errors import SearchError
+
+# The exceptions of the click that typer runs on: the `click` package for older typer, the copy
+# newer typer bundles (`typer._click`) otherwise; `typer.BadParameter` is that click's own class.
+_click_errors = importlib.import_module(typer.BadParameter.__module__)
+# click >= 8.2 raises this for a bare group (older click prints the help and exits 0 itself).
+_NO_ARGS: Any = getattr(_click_errors, "NoArgsIsHelpError", ())
 
 app = typer.Typer(
     name="search",
@@ -51,23 +59,43 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turn SearchError into a clean exit."""
+    """Console entry point: run the app; every error a user can cause ends as one stderr line."""
+    global _debug
+    _debug = False  # set by the root callback; not left over from an earlier in-process call
     try:
         # Without standalone mode click hands back `typer.Exit(code)` as a return value instead of exiting.
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, prog_name="search", standalone_mode=False)
         if isinstance(result, int) and not isinstance(result, bool):
             sys.exit(result)
     except SearchError as exc:
         if _debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
+        _fail(str(exc), exc.exit_code)
+    except _click_errors.UsageError as exc:
+        _usage_error(exc)
+    except _click_errors.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130)
+    except Exception as exc:  # a bug: one line unless --debug asks for the traceback
+        if _debug:
+            raise
+        _fail(f"{type(exc).__name__}: {exc} (a bug in search; rerun with --debug for the traceback)", 1)
     sys.exit(0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"error: {' '.join(message.strip().splitlines())}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _usage_error(exc: Any) -> NoReturn:
+    """`error: no such option: --bogus (see search space check --help)`, exit 2; a bare group shows its help."""
+    ctx = exc.ctx
+    if isinstance(exc, _NO_ARGS):
+        if exc.format_message().strip():  # rich-less help comes back as text; rich help was printed already
+            print(exc.format_message())
+        _fail(f"{ctx.command_path} needs a command: {', '.join(ctx.command.list_commands(ctx))}", 2)
+    message = re.sub(r"\.$", "", exc.format_message().strip())
+    see = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    _fail(message[:1].lower() + message[1:] + see, 2)
