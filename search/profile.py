@@ -67,17 +67,13 @@ def env_value(value: Any) -> str | None:
 
 def render(space: Space, config: dict[str, Any]) -> LaunchProfile:
     """The fixed launch plus the active params of `config`; inactive params are ignored."""
-    from search.space import is_flag, is_secret
+    from search.space import is_flag, is_secret, secret_problems
 
+    if problems := secret_problems(space):
+        raise BadInput(f"secret values are never written, so this space does not render: {problems[0]}")
     launch = space.launch
-    args = ["--model-path", launch.model, "--tp-size", str(launch.tp)]
-    if launch.quantization:
-        args += ["--quantization", launch.quantization]
-    args += ["--host", launch.host, "--port", str(launch.port)]
+    args = [token for _, option, value in launch.options() for token in flag_tokens(option, value)]
     for option, value in launch.flags.items():
-        if is_secret(option) and value not in (None, False):
-            raise BadInput(f"{space.source}: launch.flags.{option}: secret values are never written; "
-                           "pass it through an env var in launch.secret_env")
         args += flag_tokens(option, value)
     secrets = list(dict.fromkeys(launch.secret_env))
     env: dict[str, str] = {}

@@ -7,6 +7,7 @@ Every problem becomes one `Problem` line: file, key, what is wrong, what is allo
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import re
@@ -31,17 +32,22 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from search.errors import BadInput
-from search.manifests import Flag, Manifest, ManifestError
+from search.manifests import DEFAULT_VERSION, Flag, Manifest, ManifestError
 
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 Choice = Union[Scalar, None]
 FlagValue = Union[Scalar, list[Union[StrictInt, StrictFloat, StrictStr]], None]
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Env names that hold credentials: referenced from the controller's environment, never written.
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(^|_)KEY($|_)|API_?KEY", re.IGNORECASE)
+# Names that hold credentials, by how they end (HF_TOKEN, OPENAI_API_KEY, PGPASSWORD, --api-key,
+# --ssl-keyfile-password): referenced from the controller's environment, never written. Counts,
+# paths and units are not (--max-total-tokens, HF_TOKEN_PATH, --bucket-time-to-first-token,
+# --kt-max-deferred-experts-per-token).
+SECRET_NAME = re.compile(
+    r"(PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIALS?|APIKEY|(^|_)(?<!FIRST_)(?<!PER_)(TOKEN|KEY))\Z", re.IGNORECASE)
 PHASE_TIMEOUTS: dict[str, float] = {
     "starting": 300.0,
     "loading": 1800.0,
@@ -185,6 +191,13 @@ class Launch(_Model):
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, Union[StrictStr, StrictInt, StrictFloat]] = Field(default_factory=dict)
     secret_env: list[StrictStr] = Field(default_factory=lambda: ["HF_TOKEN"])
+
+    def options(self) -> list[tuple[str, str, Any]]:
+        """(key, SGLang option, value) of each fixed field that renders as a flag, in argv order."""
+        fields = [("launch.model", "--model-path", self.model), ("launch.tp", "--tp-size", self.tp),
+                  ("launch.quantization", "--quantization", self.quantization),
+                  ("launch.host", "--host", self.host), ("launch.port", "--port", self.port)]
+        return [field for field in fields if field[2] is not None]
 
 
 class LoadTest(_Model):
@@ -339,13 +352,18 @@ def _is_int(value: Any) -> bool:
 
 def _check_range(low: float, high: float, step: float | None, log: bool) -> None:
     if low > high:
-        raise ValueError(f"empty range: low {low} > high {high}")
+        _range_error(f"empty range: low {low} > high {high}", f"low <= high, e.g. low: {high}, high: {low}")
     if log and low <= 0:
-        raise ValueError(f"log scale needs low > 0, got {low}")
+        _range_error(f"log scale needs low > 0, got {low}", "low > 0, or log: false")
     if log and step not in (None, 1):
-        raise ValueError("log scale cannot have a step")
+        _range_error("log scale cannot have a step", "no step with log: true, or log: false")
     if step is not None and step > high - low and low != high:
-        raise ValueError(f"step {step} is wider than the range {low}..{high}")
+        _range_error(f"step {step} is wider than the range {low}..{high}", f"step <= {high - low} (high - low)")
+
+
+def _range_error(message: str, allowed: str) -> None:
+    # A custom error carries the hint to `_pydantic_problem` (a ValueError could only carry the message).
+    raise PydanticCustomError("bad_range", message, {"allowed": allowed})
 
 
 @dataclass(frozen=True)
@@ -391,26 +409,93 @@ class SpaceError(BadInput):
 
 def load_space(path: str | Path) -> Space:
     """Read and validate a space file; SpaceError lists every structural problem."""
+    return parse_space(read_space(path), str(path))
+
+
+def read_space(path: str | Path) -> dict[str, Any]:
+    """The YAML mapping of a space file; BadInput when it cannot be read, SpaceError when it is no mapping."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"space file {path} not found: give the path of a spaces/*.yaml file") from None
-    except yaml.YAMLError as exc:
+    except OSError as exc:
+        raise BadInput(f"cannot read space file {path}: {exc.strerror or exc}; "
+                       "give the path of a spaces/*.yaml file") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpaceError([Problem(str(path), "(yaml)", f"not valid YAML: {exc}".replace("\n", " "))]) from None
     if not isinstance(data, dict):
         raise SpaceError([Problem(str(path), "(top)", "a space file is a mapping", ", ".join(Space.model_fields))])
-    return parse_space(data, str(path))
+    return data
 
 
 def parse_space(data: dict[str, Any], source: str = "<space>") -> Space:
     """Validate a space given as data (tests, generated spaces)."""
-    try:
-        space = Space.model_validate(data)
-    except ValidationError as exc:
-        raise SpaceError([_pydantic_problem(source, err) for err in exc.errors()]) from None
-    space._source = source
+    space, problems = salvage_space(data, source)
+    if problems:
+        raise SpaceError(problems)
     return space
+
+
+# Keys a space cannot do without: after reporting their problem, these stand in so the rest is checked.
+_STAND_INS: dict[tuple[str, ...], Any] = {
+    ("sglang_version",): DEFAULT_VERSION, ("launch",): {"model": "MODEL"}, ("launch", "model"): "MODEL"}
+
+
+def salvage_space(data: dict[str, Any], source: str = "<space>") -> tuple[Space, list[Problem]]:
+    """The space with every entry that breaks the schema left out, and a problem for each.
+
+    `space check` goes on to check what is left against the manifest, so one run reports every
+    problem. What leans on a dropped entry goes too (the baseline when a param breaks, targets
+    with the ladder, conditions on the param), so nothing is blamed on the gap. SpaceError when
+    nothing can be left out (the file's structure itself)."""
+    data = copy.deepcopy(data)
+    problems: list[Problem] = []
+    while True:
+        try:
+            space = Space.model_validate(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            problems += [_pydantic_problem(source, err) for err in errors]
+            if not _drop_broken(data, [tuple(err["loc"]) for err in errors]):
+                raise SpaceError(problems) from None
+            continue  # validators that only run on valid parts may find more
+        space._source = source
+        return space, problems
+
+
+def _drop_broken(data: dict[str, Any], locs: list[tuple[Any, ...]]) -> bool:
+    """Leave out (or stand in for) the entry at each error location and what depends on it; changed?"""
+    before = copy.deepcopy(data)
+    for loc in locs:
+        entry = _entry(loc)
+        if not entry:
+            continue
+        parent: Any = data
+        for part in entry[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict):
+            if entry in _STAND_INS:
+                parent[entry[-1]] = copy.deepcopy(_STAND_INS[entry])
+            else:
+                parent.pop(entry[-1], None)
+        if entry[0] in ("params", "baseline"):
+            data.pop("baseline", None)
+        if entry[0] == "params" and len(entry) == 2 and isinstance(data.get("params"), dict):
+            for param in data["params"].values():
+                if isinstance(param, dict) and isinstance(param.get("when"), dict):
+                    param["when"].pop(entry[1], None)
+        if entry in (("load_test",), ("load_test", "concurrency")):
+            data.pop("targets", None)
+    return data != before
+
+
+def _entry(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The smallest entry an error location lies in: one param, flag or target, else the key."""
+    if not loc:
+        return ()
+    if loc[0] == "launch" and loc[1:2] in (("flags",), ("env",)):
+        return loc[:3]
+    return loc[:2] if loc[0] in ("params", "baseline", "targets", "timeouts", "launch", "load_test", "objective",
+                                 "slos") else loc[:1]
 
 
 _TAGS = {"int", "float", "categorical", "bool"}
@@ -425,7 +510,7 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
     key = ".".join(loc) or "(top)"
     msg = str(err["msg"]).removeprefix("Value error, ")
     ctx = err.get("ctx") or {}
-    allowed = None
+    allowed = ctx.get("allowed")
     if err["type"] == "literal_error":
         msg, allowed = f"unknown value {err['input']!r}", str(ctx.get("expected"))
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
@@ -461,17 +546,17 @@ def check_space(space: Space, manifest: Manifest) -> CheckReport:
     report = CheckReport()
     add = report.problems.extend
     add(_structure_problems(space))
+    add(secret_problems(space))
     claimed: dict[str, str] = {}
-    for option in _launch_options(space):
-        _claim(space, manifest, option, "launch", claimed, report)
+    for key, option, value in space.launch.options():
+        flag = _claim(space, manifest, option, "launch", claimed, report)
+        if flag is not None:
+            add(value_problems(manifest, flag, option, value, space.source, key))
     for option, value in space.launch.flags.items():
         key = f"launch.flags.{option}"
         flag = _claim(space, manifest, option, key, claimed, report)
         if flag is not None and value is not None and value is not False:
             add(value_problems(manifest, flag, option, value, space.source, key))
-        if flag is not None and is_secret(option) and value not in (None, False):
-            add([space._problem(key, "a secret value would be written into every rendered profile",
-                                "pass it to SGLang through an env var listed in launch.secret_env")])
     for name, param in space.params.items():
         key = f"params.{name}"
         if is_flag(name):
@@ -486,8 +571,19 @@ def check_space(space: Space, manifest: Manifest) -> CheckReport:
     return report
 
 
-def _launch_options(space: Space) -> list[str]:
-    return ["--model-path", "--tp-size", "--host", "--port"] + (["--quantization"] if space.launch.quantization else [])
+def secret_problems(space: Space) -> list[Problem]:
+    """Where `space` would write a secret's value into a profile: check_space reports these, render refuses.
+
+    A fixed flag named like a secret with a value, or a searched param (flag or env var) named like one."""
+    out = [space._problem(f"launch.flags.{option}", "a secret value would be written into every rendered profile",
+                          "pass it to SGLang through an env var listed in launch.secret_env")
+           for option, value in space.launch.flags.items() if is_secret(option) and value not in (None, False)]
+    for name in filter(is_secret, space.params):
+        fix = ("a flag's value is on the command line, so keep secret flags out of the space" if is_flag(name) else
+               f"export {name} in your environment and list it in launch.secret_env")
+        out.append(space._problem(f"params.{name}", "a secret is never searched: its values would be written "
+                                  "into every rendered profile and log", f"drop it from params and baseline; {fix}"))
+    return out
 
 
 def _claim(space: Space, manifest: Manifest, option: str, key: str, claimed: dict[str, str],
@@ -597,9 +693,8 @@ def _structure_problems(space: Space) -> list[Problem]:
         if not ENV_NAME.match(name):
             out.append(space._problem(f"launch.secret_env.{name}", f"{name!r} is not a valid env var name"))
     for name in space.params:
-        if not is_flag(name) and (name in space.launch.env or is_secret(name)):
-            why = "also fixed in launch.env" if name in space.launch.env else "secrets are never searched or written"
-            out.append(space._problem(f"params.{name}", why))
+        if not is_flag(name) and name in space.launch.env:
+            out.append(space._problem(f"params.{name}", "also fixed in launch.env"))
     ladder = space.load_test.concurrency
     for level in space.targets:
         if level not in ladder:

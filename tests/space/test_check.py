@@ -142,3 +142,68 @@ def test_cli_live_python_builds_the_manifest_from_installed_sglang(cli) -> None:
     code, out, err = cli("space", "check", str(SPACES / "demo.yaml"), "--python", sys.executable)
     assert code == 0, out + err
     assert "valid for SGLang 0.5.23" in err
+
+
+def test_check_reports_schema_and_manifest_problems_in_one_run(cli, write_space) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["launch"].update({"tp": 0, "quantization": "notaquant", "flags": {"--no-such-flag": 1}})
+    data["params"]["--cuda-graph-max-bs"]["low"] = 512  # broken: the baseline and a condition lean on it
+    data["params"]["--stream-interval"] = {"type": "int", "low": 1, "high": 4, "when": {"--cuda-graph-max-bs": 64}}
+    data["params"]["--x"] = {"type": "floaty"}
+    data["params"]["--schedule-policy"] = {"type": "categorical", "choices": ["fcfs", "lifo"]}
+    data["load_test"] = {"api": "grpc", "concurrency": [8, 4]}
+    data["targets"] = {4: 100}  # a level of the broken ladder: not checked against the default one
+    path = write_space(data)
+    code, out, err = cli("space", "check", str(path))
+    assert code == 2
+    quantizations = ", ".join(load("0.5.9").flag("--quantization").choices)
+    assert out.splitlines() == [
+        f"{path}: launch.tp: Input should be greater than 0",
+        f"{path}: params.--cuda-graph-max-bs: empty range: low 512 > high 256 (allowed: low <= high, e.g. low: 256, high: 512)",
+        f"{path}: params.--x: unknown param type 'floaty' (allowed: int, float, categorical, bool)",
+        f"{path}: load_test.api: unknown value 'grpc' (allowed: 'completions', 'chat' or 'generate')",
+        f"{path}: load_test.concurrency: concurrency must rise strictly, got [8, 4]",
+        f"{path}: launch.quantization: 'notaquant' is not a choice of --quantization (allowed: {quantizations})",
+        f"{path}: launch.flags.--no-such-flag: unknown flag --no-such-flag in SGLang 0.5.9",
+        f"{path}: params.--schedule-policy.choices[1]: 'lifo' is not a choice of --schedule-policy (allowed: "
+        + ", ".join(load("0.5.9").flag("--schedule-policy").choices) + ")",
+    ]
+    assert err == f"error: {path}: 8 error(s) for SGLang 0.5.9 (0 warning(s))\n"
+
+
+def test_missing_required_keys_still_check_the_rest(cli, write_space) -> None:
+    path = write_space({"launch": {"tp": 2}, "params": {"--no-such-flag": {"type": "bool"}}})
+    code, out, _ = cli("space", "check", str(path))
+    assert code == 2
+    assert out.splitlines() == [f"{path}: sglang_version: required key missing",
+                                f"{path}: launch.model: required key missing",
+                                f"{path}: params.--no-such-flag: unknown flag --no-such-flag in SGLang 0.5.23"]
+
+
+@pytest.mark.parametrize("with_baseline", [True, False])
+def test_fixed_launch_values_are_checked_under_their_own_key(with_baseline: bool) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["launch"]["quantization"] = "notaquant"
+    if not with_baseline:
+        del data["baseline"]
+    errors, _ = _lines(data)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("s.yaml: launch.quantization: 'notaquant' is not a choice of --quantization (allowed: ")
+    data["launch"]["quantization"] = "modelopt_fp4"
+    assert _lines(data) == ([], [])
+
+
+def test_searched_secrets_are_errors_that_say_use_the_environment() -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["params"]["HF_TOKEN"] = {"type": "categorical", "choices": ["hf_secretvalue"]}
+    data["params"]["--api-key"] = {"type": "categorical", "choices": ["topsecret"]}
+    data["baseline"].update({"HF_TOKEN": "hf_secretvalue", "--api-key": "topsecret"})
+    errors, _ = _lines(data)
+    written = "a secret is never searched: its values would be written into every rendered profile and log"
+    assert errors == [
+        f"s.yaml: params.HF_TOKEN: {written} (allowed: drop it from params and baseline; "
+        "export HF_TOKEN in your environment and list it in launch.secret_env)",
+        f"s.yaml: params.--api-key: {written} (allowed: drop it from params and baseline; "
+        "a flag's value is on the command line, so keep secret flags out of the space)",
+    ]
+

@@ -12,8 +12,9 @@ import yaml
 
 from search.command import config_from_command, parse_command
 from search.errors import BadInput
-from search.profile import from_json, render, to_json, to_sglang_config, to_shell
-from search.space import load_space, parse_space
+from search.manifests import load
+from search.profile import flag_tokens, from_json, render, to_json, to_sglang_config, to_shell
+from search.space import check_space, is_secret, load_space, parse_space
 from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
 
 SECRET = "hf_do_not_leak_123"
@@ -79,6 +80,37 @@ def test_secrets_are_referenced_never_written(tmp_path) -> None:
 def test_secret_flag_value_refuses_to_render() -> None:
     with pytest.raises(BadInput, match="secret values are never written"):
         render(_space(flags={"--api-key": SECRET}), {})
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "--api-key"])
+def test_a_searched_secret_refuses_to_render(name: str, cli, write_space) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["params"][name] = {"type": "categorical", "choices": [SECRET]}
+    data["baseline"][name] = SECRET
+    space = parse_space(data, "s.yaml")
+    with pytest.raises(BadInput, match=f"secret values are never written, so this space does not render: "
+                                       f"s.yaml: params.{name}: a secret is never searched"):
+        render(space, space.baseline)
+    path = write_space(data)
+    for fmt in ("shell", "sglang-config", "json"):
+        code, out, err = cli("space", "render", str(path), "--baseline", "--format", fmt)
+        assert code == 2 and out == "" and SECRET not in err
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "--api-key",
+                                  "--admin-api-key", "--ssl-keyfile-password"])
+def test_credential_names_are_secret(name: str) -> None:
+    assert is_secret(name)
+
+
+@pytest.mark.parametrize("option, value", [("--max-total-tokens", 100000), ("--tokenizer-path", "/models/tok"),
+                                           ("--bucket-time-to-first-token", [0.1, 0.5]),
+                                           ("--kt-max-deferred-experts-per-token", 2)])
+def test_counts_paths_and_units_named_token_are_not_secret(option: str, value: object) -> None:
+    space = _space(flags={option: value})
+    assert not is_secret(option)
+    assert check_space(space, load("0.5.9")).problems == []
+    assert render(space, {}).args[8:] == flag_tokens(option, value)
 
 
 def test_sglang_config_yaml_shape() -> None:

@@ -98,3 +98,27 @@ def test_load_test_workers_reach_the_ladder(write_space) -> None:
     assert ladder_spec(load_space(write_space(data))).workers == 3
     data["load_test"] = {"workers": 0}
     assert any("load_test.workers: Input should be greater than 0" in p for p in _problems(write_space, data))
+
+
+@pytest.mark.parametrize("param, line", [
+    ({"type": "int", "low": 512, "high": 16},
+     "params.--p: empty range: low 512 > high 16 (allowed: low <= high, e.g. low: 16, high: 512)"),
+    ({"type": "float", "low": 0, "high": 1, "log": True},
+     "params.--p: log scale needs low > 0, got 0 (allowed: low > 0, or log: false)"),
+    ({"type": "float", "low": 0.1, "high": 1, "log": True, "step": 0.1},
+     "params.--p: log scale cannot have a step (allowed: no step with log: true, or log: false)"),
+    ({"type": "int", "low": 1, "high": 4, "step": 8},
+     "params.--p: step 8 is wider than the range 1..4 (allowed: step <= 3 (high - low))"),
+])
+def test_empty_ranges_say_what_is_allowed(write_space, param: dict, line: str) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["params"]["--p"] = param
+    assert _problems(write_space, data) == [f"{write_space(data)}: {line}"]
+
+
+def test_problems_behind_a_broken_entry_are_reported_too(write_space) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["load_test"] = {"input_len": 0, "duration_s": 5, "requests": 10}  # the second shows once the first is out
+    path = write_space(data)
+    assert _problems(write_space, data) == [f"{path}: load_test.input_len: Input should be greater than 0",
+                                            f"{path}: load_test: give duration_s or requests per level, not both"]
