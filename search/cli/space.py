@@ -14,7 +14,7 @@ from search.command import check_command
 from search.errors import BadInput
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
-from search.space import CheckReport, Space, SpaceError, check_space, load_space
+from search.space import CheckReport, Space, check_space, load_space, read_space, salvage_space
 
 app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
 
@@ -42,21 +42,41 @@ def check(
         manifest = _manifest(version, python, manifests.DEFAULT_VERSION)
         _report("launch command", manifest, check_command(command, manifest))
         return
-    try:
-        space = load_space(space_file)
-    except SpaceError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem))
-        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file's structure") from None
+    # Entries that break the schema are reported and left out; the rest still meets the manifest.
+    space, schema_problems = salvage_space(read_space(space_file), str(space_file))
     manifest = _manifest(version, python, space.sglang_version)
-    _report(str(space_file), manifest, check_space(space, manifest))
+    report = check_space(space, manifest)
+    report.problems[:0] = schema_problems
+    _report(str(space_file), manifest, report)
+
+
+def checked_space(path: Path) -> Space:
+    """The space at `path`, checked against its SGLang's shipped flags before a run starts anything.
+
+    Errors stop the run (exit 2, every problem on stderr); warnings are printed and the run goes on.
+    A version without a shipped manifest is left to `search space check --python` on the target."""
+    space = load_space(path)
+    if space.sglang_version not in manifests.SHIPPED:
+        typer.echo(f"warning: {path}: no shipped flag manifest for SGLang {space.sglang_version}, so not checked; "
+                   f"run `search space check {path} --python PATH` with the target's Python", err=True)
+        return space
+    report = check_space(space, manifests.load(space.sglang_version))
+    _print(report, err=True)
+    if not report.ok:
+        raise BadInput(f"{path}: {len(report.errors)} error(s) for SGLang {space.sglang_version}; nothing was "
+                       f"started (`search space check {path}` checks it again)")
+    return space
+
+
+def _print(report: CheckReport, err: bool = False) -> None:
+    for problem in report.errors:
+        typer.echo(str(problem), err=err)
+    for problem in report.warnings:
+        typer.echo(f"warning: {problem}", err=err)
 
 
 def _report(what: str, manifest: manifests.Manifest, report: CheckReport) -> None:
-    for problem in report.errors:
-        typer.echo(str(problem))
-    for problem in report.warnings:
-        typer.echo(f"warning: {problem}")
+    _print(report)
     tally = f"for SGLang {manifest.version} ({len(report.warnings)} warning(s))"
     if not report.ok:
         raise BadInput(f"{what}: {len(report.errors)} error(s) {tally}")
@@ -80,9 +100,13 @@ def render(
     if output is None:
         typer.echo(text, nl=False)
         return
-    output.write_text(text, encoding="utf-8")
-    if fmt == "shell":
-        os.chmod(output, 0o755)
+    try:
+        output.write_text(text, encoding="utf-8")
+        if fmt == "shell":
+            os.chmod(output, 0o755)
+    except OSError as exc:
+        raise BadInput(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a directory you can "
+                       "write to") from None
     typer.echo(f"wrote {output}", err=True)
 
 
