@@ -39,16 +39,16 @@ def run(
 ) -> None:
     """Search SPACE: the baseline first, then the strategy's sweep and sampler; prune early, retry
     host faults, re-measure the top 3 at the end. Ctrl-C stops cleanly; run again to continue."""
+    from search.cli.space import checked_space
     from search.errors import BadInput
     from search.loadtest.spec import parse_duration
     from search.progress import StudyProgress
-    from search.space import load_space
     from search.strategy import SAMPLERS
     from search.study import Interrupted, StudyRun, known_configs, load
 
     if sampler not in SAMPLERS:
         raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    space = load_space(space_path)
+    space = checked_space(space_path)
     known = known_configs(space, start_from, [load(name, storage) for name in from_study])
     if space.baseline is None:
         if not known:

@@ -47,10 +47,10 @@ def run(
     """Render the space's baseline (with --set overrides), start it, follow its phases, check its
     answers, run the load-test ladder, tear it down and print the timeline and the levels."""
     from search.artifacts import TrialArtifacts
+    from search.cli.space import checked_space
     from search.hosts import LocalHost
-    from search.space import load_space
 
-    space = load_space(space_path)
+    space = checked_space(space_path)
     config = {**(space.baseline or {}), **parse_sets(sets, space.params)}
     artifacts = TrialArtifacts.next_in(trials_dir, study)
     marker = f"{study}-{artifacts.root.name}-{uuid.uuid4().hex[:12]}"

@@ -207,3 +207,26 @@ def test_searched_secrets_are_errors_that_say_use_the_environment() -> None:
         "a flag's value is on the command line, so keep secret flags out of the space)",
     ]
 
+
+def test_runs_check_the_space_before_starting_anything(cli, write_space, tmp_path) -> None:
+    data = copy.deepcopy(MINIMAL)
+    data["sglang_version"] = "0.5.23"
+    data["params"]["--cuda-graph-max-bs-decode"] = data["params"].pop("--cuda-graph-max-bs")
+    data["baseline"]["--cuda-graph-max-bs-decode"] = data["baseline"].pop("--cuda-graph-max-bs")
+    data["params"]["--no-such-flag"] = {"type": "bool"}
+    data["baseline"]["--no-such-flag"] = False
+    path = write_space(data)
+    storage = tmp_path / "studies.db"
+    for run in (["trial", "run", str(path), "--emulate", "--trials-dir", str(tmp_path / "trials")],
+                ["study", "run", str(path), "--study", "s", "--emulate", "--storage", f"sqlite:///{storage}",
+                 "--trials-dir", str(tmp_path / "trials")]):
+        code, out, err = cli(*run)
+        assert code == 2 and out == ""
+        assert err.splitlines() == [
+            f"{path}: params.--no-such-flag: unknown flag --no-such-flag in SGLang 0.5.23",
+            f"warning: {path}: params.--disable-cuda-graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; "
+            "use --cuda-graph-backend-{decode,prefill}=disabled instead",
+            f"error: {path}: 1 error(s) for SGLang 0.5.23; nothing was started "
+            f"(`search space check {path}` checks it again)",
+        ]
+    assert not (tmp_path / "trials").exists() and not storage.exists()
