@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from search.manifests import load
-from search.profile import render, to_sglang_config
+from search.profile import LaunchProfile, render, to_sglang_config
 from search.space import Space, is_flag, load_space
 from tests.space.conftest import SPACES
 
@@ -28,17 +28,29 @@ def _configs(space: Space) -> list[dict[str, Any]]:
 
 def _assert_meant(space: Space, config: dict[str, Any], values: dict[str, Any],
                   dest_default: Callable[[str], tuple[str, Any]]) -> None:
-    for name, value in space.active(config).items():
-        if not is_flag(name):
-            continue
+    """Every flag, fixed or searched, parsed into the value the space means; absent ones into SGLang's default."""
+    fixed = [(option, value) for _, option, value in space.launch.options()] + list(space.launch.flags.items())
+    active = space.active(config)
+    for name, value in fixed + [(n, v) for n, v in active.items() if is_flag(n)]:
         dest, default = dest_default(name)
         meant = default if value is None else value
         assert values[dest] == meant and type(values[dest]) is type(meant), (name, value, values[dest])
     for name in space.params:  # inactive or absent flags keep SGLang's default
-        if is_flag(name) and name not in space.active(config):
+        if is_flag(name) and name not in active:
             dest, default = dest_default(name)
             assert values[dest] == default, name
-    assert values["model_path"] == space.launch.model and values["port"] == space.launch.port
+    launch = space.launch
+    assert (values["model_path"], values["host"], values["port"], values["quantization"]) == (
+        launch.model, launch.host, launch.port, launch.quantization)
+
+
+def _assert_env(space: Space, config: dict[str, Any], profile: LaunchProfile) -> None:
+    """The environment is the fixed one plus the active env params (unset when null); secrets only named."""
+    meant = {name: str(value) for name, value in space.launch.env.items()}
+    meant.update({name: str(value) for name, value in space.active(config).items()
+                  if not is_flag(name) and value is not None})
+    assert profile.env == meant
+    assert profile.secret_env == space.launch.secret_env
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +78,12 @@ def test_demo_space_argv_parses_under_real_sglang(real_parser: argparse.Argument
     space = load_space(SPACES / "demo.yaml")
     assert sglang.__version__ == space.sglang_version == "0.5.23"
     seen = set()
+    assert space.launch.flags and space.launch.quantization and space.launch.env  # every fixed kind is proved
     for config in _configs(space):
-        values = vars(real_parser.parse_args(render(space, config).args))
+        profile = render(space, config)
+        values = vars(real_parser.parse_args(profile.args))
         _assert_meant(space, config, values, _real_dest_default(real_parser))
+        _assert_env(space, config, profile)
         assert values["tp_size"] == space.launch.tp
         seen.add(tuple(sorted(space.active(config))))
     assert len(seen) > 1  # both sides of the CUDA-graph condition were rendered
@@ -110,7 +125,5 @@ def test_glm5_space_argv_parses_under_the_0_5_9_manifest() -> None:
         profile = render(space, config)
         values = manifest.parse(profile.args).values
         _assert_meant(space, config, values, lookup)
+        _assert_env(space, config, profile)
         assert values["tensor_parallel_size"] == 8
-        for name, value in space.active(config).items():
-            if not is_flag(name):
-                assert profile.env.get(name) == (None if value is None else str(value))
