@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, Union
+from typing import Annotated, Any, Iterable, Literal, Mapping, NoReturn, Union
 
 import optuna
 import yaml
@@ -361,7 +361,7 @@ def _check_range(low: float, high: float, step: float | None, log: bool) -> None
         _range_error(f"step {step} is wider than the range {low}..{high}", f"step <= {high - low} (high - low)")
 
 
-def _range_error(message: str, allowed: str) -> None:
+def _range_error(message: str, allowed: str) -> NoReturn:
     # A custom error carries the hint to `_pydantic_problem` (a ValueError could only carry the message).
     raise PydanticCustomError("bad_range", message, {"allowed": allowed})
 
