@@ -31,7 +31,7 @@ def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize("args, line", [
     (["space", "bogus"], "error: no such command 'bogus' (see search space --help)"),
     (["space", "check", "--bogus"], "error: no such option: --bogus (see search space check --help)"),
-    (["space", "render"], "error: missing argument 'space_file' (see search space render --help)"),
+    (["space", "render"], "error: missing argument 'SPACE' (see search space render --help)"),
     (["trial", "show"], "error: missing argument 'NAME' (see search trial show --help)"),
     (["study", "run", str(SPACES / "demo.yaml")], "error: missing option '--study' (see search study run --help)"),
     (["bench", "http://127.0.0.1:9", "--input-len", "abc"], "error: invalid value for '--input-len': "),

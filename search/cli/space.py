@@ -29,7 +29,7 @@ def _manifest(version: str | None, python: str | None, default: str) -> manifest
 
 @app.command("check")
 def check(
-    space_file: Optional[Path] = typer.Argument(None, help="A space file (spaces/*.yaml)."),
+    space_file: Optional[Path] = typer.Argument(None, metavar="SPACE", help="A space file (spaces/*.yaml)."),
     command: Optional[str] = typer.Option(None, "--command", help="Check this launch command instead of a space."),
     version: Optional[str] = typer.Option(None, "--sglang-version", help="Check against a shipped manifest "
                                           f"({', '.join(manifests.SHIPPED)}); default: the space's version."),
@@ -85,7 +85,7 @@ def _report(what: str, manifest: manifests.Manifest, report: CheckReport) -> Non
 
 @app.command("render")
 def render(
-    space_file: Path = typer.Argument(..., help="A space file (spaces/*.yaml)."),
+    space_file: Path = typer.Argument(..., metavar="SPACE", help="A space file (spaces/*.yaml)."),
     sets: list[str] = typer.Option([], "--set", help="PARAM=VALUE (YAML value: 64, 0.9, true, null); repeatable."),
     baseline: bool = typer.Option(False, "--baseline", help="Start from the space's baseline config."),
     fmt: str = typer.Option("shell", "--format", help="shell | sglang-config | json"),
