@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from search.hosts.base import Host, ServerHandle
-from search.logwatch import Event, LogClassifier, describe
+from search.logwatch import Event, LogClassifier, describe, signature_version
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
 
 OnEvent = Callable[[Event], None]
 
-INFRASTRUCTURE_FAILURES = frozenset({"gpu_busy"})  # the host's fault, not the config's
+INFRASTRUCTURE_FAILURES = frozenset({"gpu_busy", "port_busy"})  # the host's fault, not the config's
 HEALTH_TIMEOUT_S = 60.0  # after the ready line, unless timeouts["ready"] says otherwise
 _TICK_S = 0.1  # longest wait for log lines before the process and the stall timer are checked
 _HEALTH_TICK_S = 0.05  # /health poll interval once the ready line is in
@@ -154,9 +154,10 @@ def start_server(host: Host, profile: LaunchProfile, *, marker: str, log_path: P
     ``timeouts`` maps phase -> seconds of silence that count as a ``stall`` (the space's
     ``timeouts``); ``timeouts["ready"]`` bounds the wait for ``/health`` after the ready line.
     The handle is returned either way: the caller stops it. If this function itself is
-    interrupted, it stops the server before re-raising.
+    interrupted, it stops the server before re-raising. A version without a signature file
+    is read with every known wording (see :func:`search.logwatch.signature_version`).
     """
-    classifier = LogClassifier(profile.sglang_version)
+    classifier = LogClassifier(signature_version(profile.sglang_version))
     handle = host.start(profile, marker=marker, log_path=log_path)
     watch = Watch(handle, classifier, on_event)
     try:

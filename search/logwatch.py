@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import re
 import select
@@ -40,11 +41,13 @@ FAILURES = (
     "unsupported",
     "nccl_error",
     "gpu_busy",
+    "port_busy",
     "crash",
     "nan",
     "stall",
 )
 _PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,20 @@ def load_signatures(version: str | None = None) -> Signatures:
     )
 
 
+def signature_version(version: str | None) -> str | None:
+    """``version`` when a signature family covers it, else None (every family merged) with a warning.
+
+    A space may target a release newer than the shipped signature files (a live manifest of
+    0.5.10): its log most likely uses one of the known wordings, and refusing to start the
+    server would lose the trial for want of a file. An explicit ``--sglang-version`` given to
+    ``search log`` stays strict (:func:`load_signatures` raises).
+    """
+    if version is None or any(version in data.get("versions", ()) for data in _family_files().values()):
+        return version
+    _log.warning("no log signatures for SGLang %s: reading its log with every known version's wording", version)
+    return None
+
+
 _MIN_NEEDLE = 3
 
 
@@ -258,7 +275,7 @@ class LogClassifier:
         self._failure_rank: float = -1
         self._frame_phase: str | None = None  # phase named by the open traceback's frames
         self._pending: Event | None = None  # an exception after ready, fatal only if a crash follows
-        self._source_next = False  # the next line is a traceback frame's source code
+        self._frame_head: str | None = None  # the prefix and indentation of a frame line just seen
         self.advice: list[str] = []  # lines after the failure that name a flag: what SGLang suggests
 
     def message(self, line: str) -> str:
@@ -276,16 +293,16 @@ class LogClassifier:
         now = self._clock()
         self.last_output_time = now
         raw = line.rstrip("\n")
-        if raw.strip():
-            self.last_line = raw
         events: list[Event] = []
         if self.phase is None:
             events.append(self._enter("starting", raw, now))
-        if self._source_next:
-            # The source line under a frame (`raise RuntimeError(f"NCCL error: ...")`) is code,
-            # not evidence.
-            self._source_next = False
+        if not raw.strip():  # an empty line, or the empty piece before a tqdm bar's first "\r"
             return events
+        self.last_line = raw
+        if self._frame_head is not None:
+            frame_head, self._frame_head = self._frame_head, None
+            if self._is_source(raw, frame_head):
+                return events
         if self.failure is not None and "--" in raw:
             self._note_advice(raw)
         for part in raw.split("\r") if "\r" in raw else (raw,):
@@ -313,7 +330,7 @@ class LogClassifier:
                     self.progress = pct
                     events.append(Event("progress", "loading", self.phase or "loading", now, raw, pct))
         if sig.frame.search(msg):
-            self._source_next = True
+            self._frame_head = self._head(raw)
         if sig.traceback.search(msg):
             self._frame_phase = None
         elif self._frame_phase is None:
@@ -321,6 +338,27 @@ class LogClassifier:
             self._frame_phase = next((phase for phase, pattern in sig.frames if pattern.search(msg)), None)
             self._relocate(now, events)
         self._failure(raw, msg, now, events)
+
+    def _head(self, raw: str) -> str:
+        """What :meth:`message` strips from the front: Ray/time/level prefix and indentation."""
+        if "\x1b" in raw:
+            raw = self.signatures.ansi.sub("", raw)
+        return self.signatures.head.match(raw).group()
+
+    def _is_source(self, raw: str, frame_head: str) -> bool:
+        """Whether ``raw``, the line after a frame line, is that frame's source code.
+
+        Source code (``raise RuntimeError(f"NCCL error: ...")``) is not evidence. It sits under
+        its frame: the same prefix (none, or the same Ray one), indented more deeply; in a
+        paste that lost all indentation, equally flush. A frame without source (``<frozen
+        runpy>``, ``<string>``, a .pyc-only install) is followed by the next frame, the
+        exception itself, or another process's line, none of which may be skipped.
+        """
+        head = self._head(raw)
+        if head.rstrip() != frame_head.rstrip() or (len(head) <= len(frame_head) and frame_head):
+            return False
+        msg = self.message(raw)
+        return not (self.signatures.frame.search(msg) or self.signatures.exception.search(msg))
 
     def _note_advice(self, raw: str) -> None:
         """Keep a line after the failure that names a flag (not the failure line itself)."""
@@ -401,10 +439,18 @@ class LogClassifier:
         return self.failure
 
     def summary(self) -> dict:
-        """``{"phase", "failure", "line", "progress"}``: the verdict ``search log classify`` prints."""
+        """``{"phase", "failure", "line", "progress"}``: the verdict ``search log classify`` prints.
+
+        ``phase`` is the last phase reached: the failure's own phase when a traceback frame puts
+        it later than the last phase line (a graph-capture OOM whose capture line was never
+        logged still reached cuda_graph).
+        """
         line = self.failure.line if self.failure else self.phase_line
+        reached = self.phase
+        if self.failure is not None and _PHASE_INDEX[self.failure.phase] > _PHASE_INDEX[reached or "starting"]:
+            reached = self.failure.phase
         return {
-            "phase": self.phase,
+            "phase": reached,
             "failure": self.failure.name if self.failure else None,
             "line": self.signatures.ansi.sub("", line).strip() if line is not None else None,
             "progress": self.progress,
@@ -419,6 +465,7 @@ _VERBS = {
     "unsupported": "unsupported",
     "nccl_error": "NCCL error",
     "gpu_busy": "GPU busy (another process holds it; not the config's fault)",
+    "port_busy": "port busy (another process holds it; not the config's fault)",
     "nan": "NaN",
     "stall": "stalled",
 }
@@ -508,13 +555,36 @@ class _Waker:
             self._fd = -1
 
 
-def follow(path: str | os.PathLike[str], stop: Callable[[], bool], *, from_start: bool = True) -> Iterator[str]:
-    """Yield the complete lines of a growing file as they are written, without the newline.
+def split_pieces(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The complete pieces of ``buffer`` and the incomplete rest.
 
-    Waits for the file to appear; survives truncation (reads again from the top) and
-    replacement (reopens the new file). A line written without its newline is held until the
-    newline comes, and given out as it is when ``stop()`` turns true. ``stop`` is asked at least
-    every 100 ms, also while lines keep coming.
+    A piece ends at ``\n``, ``\r\n`` or a lone ``\r``: tqdm in a file redraws its bar with
+    ``\r`` and writes ``\n`` only when done (SGLang's ``Capturing batches (bs=...)``, FlashInfer's
+    autotuner), so a redraw is complete once the next one begins. A trailing ``\r`` is kept in
+    the rest, since it may be the first half of ``\r\n``.
+    """
+    *lines, rest = buffer.split(b"\n")
+    if b"\r" not in buffer:
+        return lines, rest
+    pieces: list[bytes] = []
+    for line in lines:
+        pieces.extend(line.removesuffix(b"\r").split(b"\r") if b"\r" in line else (line,))
+    cut = rest.rfind(b"\r", 0, len(rest) - 1)
+    if cut >= 0:
+        pieces.extend(rest[:cut].split(b"\r"))
+        rest = rest[cut + 1 :]
+    return pieces, rest
+
+
+def follow(path: str | os.PathLike[str], stop: Callable[[], bool], *, from_start: bool = True) -> Iterator[str]:
+    """Yield the complete lines of a growing file as they are written, without the terminator.
+
+    A tqdm redraw ended by ``\r`` counts as a line (see :func:`split_pieces`), so a progress bar
+    reaches the classifier, and resets the stall timer, while it runs. Waits for the file to
+    appear; survives truncation (reads again from the top) and replacement (reopens the new
+    file). A line written without its terminator is held until it comes, and given out as it
+    is when ``stop()`` turns true. ``stop`` is asked at least every 100 ms, also while lines
+    keep coming.
     """
     path = Path(path)
     while not path.exists():
@@ -531,8 +601,7 @@ def follow(path: str | os.PathLike[str], stop: Callable[[], bool], *, from_start
         while True:
             chunk = fh.read(1 << 20)
             if chunk:
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
+                lines, pending = split_pieces(pending + chunk)
                 for raw in lines:
                     yield raw.decode("utf-8", errors="replace")
                 if time.monotonic() - asked < _POLL_S:
@@ -579,8 +648,10 @@ __all__ = [
     "LogClassifier",
     "Signatures",
     "load_signatures",
+    "signature_version",
     "classify_file",
     "read_log",
     "describe",
     "follow",
+    "split_pieces",
 ]

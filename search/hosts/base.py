@@ -40,7 +40,11 @@ class ServerHandle(Protocol):
     log_path: Path  # local copy of the server log, kept growing
 
     def new_lines(self, timeout: float) -> list[str]:
-        """Complete log lines written since the last call; waits at most ``timeout`` for the first."""
+        """Complete log lines written since the last call; waits at most ``timeout`` for the first.
+
+        A line ends at ``\n``, ``\r\n`` or a lone ``\r`` (a tqdm redraw; see
+        :func:`search.logwatch.split_pieces`), so a progress bar counts as output while it runs.
+        """
         ...
 
     def returncode(self) -> int | None:
@@ -48,7 +52,7 @@ class ServerHandle(Protocol):
         ...
 
     def stop(self, grace: float = 10.0) -> None:
-        """Group SIGTERM, ``grace`` seconds, SIGKILL, then a sweep of everything carrying the marker."""
+        """SIGTERM to the group and to what carries the marker outside it, ``grace`` seconds, SIGKILL to both."""
         ...
 
 

@@ -178,22 +178,21 @@ class LocalServer:
         return _live_pids(self.marker, self.pid)
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the group, wait ``grace``, SIGKILL the group and the marker, then check the host.
+        """SIGTERM the group and the marker, wait ``grace``, SIGKILL both, then check the host.
 
-        Raises InfrastructureFault when a process survives SIGKILL or the port or a GPU is
-        still held afterwards: the next trial must not start on a dirty host.
+        A process that left the group but carries the marker gets the same SIGTERM and grace
+        as the group: it may hold GPU memory it should release cleanly. Raises
+        InfrastructureFault when a process survives SIGKILL or the port or a GPU is still held
+        afterwards: the next trial must not start on a dirty host.
         """
         try:
-            if self._alive():
-                _signal_group(self.pid, signal.SIGTERM)
+            if alive := self._alive():
+                self._signal(alive, signal.SIGTERM)
                 deadline = time.monotonic() + grace
                 while self._alive() and time.monotonic() < deadline:
                     time.sleep(_POLL_S)
-            survivors = self._alive()
-            if survivors:
-                _signal_group(self.pid, signal.SIGKILL)
-                for pid in survivors:  # those that left the group
-                    _kill(pid)
+            if survivors := self._alive():
+                self._signal(survivors, signal.SIGKILL)
                 _wait_gone(self._alive, _KILL_WAIT_S, f"trial {self.marker}")
             self._proc.wait()
             self.host.ensure_clean(self.profile, timeout=_RELEASE_WAIT_S)
@@ -201,16 +200,20 @@ class LocalServer:
             self._reader.close()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
+    def _signal(self, pids: list[int], sig: signal.Signals) -> None:
+        """``sig`` to the group, and to each of ``pids`` (from :meth:`_alive`) outside it."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in pids:
+            if (stat := _stat(pid)) is not None and stat[1] != self.pid:  # escaped the group, or orphaned
+                _signal(pid, sig)
 
 
-def _kill(pid: int) -> None:
+def _signal(pid: int, sig: signal.Signals) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     except ProcessLookupError:
         pass
 
@@ -292,7 +295,7 @@ class LocalHost:
         """SIGKILL every process carrying ``marker`` (a driver died mid-trial); return how many."""
         pids = _live_pids(marker)
         for pid in pids:
-            _kill(pid)
+            _signal(pid, signal.SIGKILL)
         _wait_gone(lambda: _live_pids(marker), _KILL_WAIT_S, f"trial {marker}")
         return len(pids)
 

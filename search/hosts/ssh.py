@@ -28,6 +28,7 @@ from search import gpu
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.hosts.config import HostConfig
+from search.logwatch import split_pieces
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
@@ -454,7 +455,7 @@ class SSHServer:
         self._offset += len(data)
         with open(self.log_path, "ab") as local:
             local.write(data)
-        *complete, self._partial = (self._partial + data).split(b"\n")
+        complete, self._partial = split_pieces(self._partial + data)  # tqdm redraws count as lines
         return [line.decode(errors="replace") for line in complete]
 
     def new_lines(self, timeout: float) -> list[str]:

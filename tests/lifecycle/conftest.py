@@ -8,6 +8,7 @@ one file covers every outcome and each test says which one it wants.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -89,3 +90,20 @@ def make_profile(tmp_path: Path, landscape: Path) -> Callable[..., LaunchProfile
 @pytest.fixture
 def marker() -> str:
     return f"test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def script_profile(tmp_path: Path) -> Callable[..., LaunchProfile]:
+    """``script_profile(source, *args)``: a profile whose server is the Python script ``source``,
+    run with its free port and ``args``: a real process writing what SGLang writes, for the
+    outcomes the emulator does not model (a hang before loading, a bar slower than its phase's
+    timeout, children that leave the process group)."""
+
+    def make(source: str, *args: str) -> LaunchProfile:
+        port = free_port()
+        script = tmp_path / f"server_{port}.py"
+        script.write_text(source)
+        return LaunchProfile(launcher=[sys.executable, str(script)], args=[str(port), *args], env={},
+                             secret_env=[], host="127.0.0.1", port=port, sglang_version="0.5.9")
+
+    return make

@@ -15,8 +15,6 @@ import pytest
 from search.errors import InfrastructureFault
 from search.hosts import LocalHost
 from search.lifecycle import start_server
-from search.profile import LaunchProfile
-from tests.lifecycle.conftest import free_port
 
 # A server that ignores SIGTERM and leaves behind a child in its own session (out of the group),
 # which ignores SIGTERM too; it listens on its port and writes the child's pid.
@@ -31,6 +29,23 @@ open(pidfile, "w").write(str(child.pid))
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", port)); s.listen()
 print("listening", flush=True)
+time.sleep(600)
+'''
+
+
+# A server whose child leaves the process group (its own session) but exits cleanly on SIGTERM,
+# noting in argv[2] that it got one; it writes its pid to argv[3].
+COOPERATIVE_ESCAPEE = '''
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, sys, time\\n"
+    "def done(*_):\\n"
+    "    open(sys.argv[1], 'w').write('SIGTERM')\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, done)\\n"
+    "print('child ready', flush=True)\\n"
+    "time.sleep(600)\\n", sys.argv[2]], start_new_session=True)
+open(sys.argv[3], "w").write(str(child.pid))
 time.sleep(600)
 '''
 
@@ -87,11 +102,10 @@ def test_stop_after_parent_killed_sweeps_the_orphans(make_profile, marker, tmp_p
     assert _alive(bystander.pid)
 
 
-def test_server_ignoring_sigterm_and_escaped_child_are_killed_after_grace(tmp_path, marker, bystander):
-    port, script, pidfile = free_port(), tmp_path / "stubborn.py", tmp_path / "child.pid"
-    script.write_text(STUBBORN)
-    profile = LaunchProfile(launcher=[sys.executable, str(script)], args=[str(port), str(pidfile)], env={},
-                            secret_env=[], host="127.0.0.1", port=port, sglang_version="0.5.23")
+def test_server_ignoring_sigterm_and_escaped_child_are_killed_after_grace(script_profile, tmp_path, marker, bystander):
+    pidfile = tmp_path / "child.pid"
+    profile = script_profile(STUBBORN, str(pidfile))
+    port = profile.port
     host = LocalHost()
     handle = host.start(profile, marker=marker, log_path=tmp_path / "server.log")
     deadline = time.monotonic() + 10
@@ -109,6 +123,24 @@ def test_server_ignoring_sigterm_and_escaped_child_are_killed_after_grace(tmp_pa
     assert handle.returncode() == -signal.SIGKILL
     assert not _alive(child)
     assert host.held(profile) == []
+    assert _alive(bystander.pid)
+
+
+def test_escaped_child_gets_sigterm_with_the_group(script_profile, tmp_path, marker, bystander):
+    """A child that left the group but carries the marker is asked to stop like the group, not
+    SIGKILLed after the grace period: it may hold GPU memory it should release cleanly."""
+    noted, pidfile = tmp_path / "signal.txt", tmp_path / "child.pid"
+    host, profile = LocalHost(), script_profile(COOPERATIVE_ESCAPEE, str(noted), str(pidfile))
+    handle = host.start(profile, marker=marker, log_path=tmp_path / "server.log")
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and "child ready" in handle.log_path.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = int(pidfile.read_text())
+    assert os.getpgid(child) != os.getpgid(handle.pid)  # it escaped the group
+    handle.stop(grace=10)
+    assert noted.read_text() == "SIGTERM"  # it got SIGTERM, and exited on it before any SIGKILL
+    assert not _alive(child)
+    assert host.kill_marker(marker) == 0
     assert _alive(bystander.pid)
 
 

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from search.errors import BadInput
-from search.logwatch import FAILURES, PHASES, LogClassifier, classify_file, describe, read_log
+from search.lifecycle import Failure
+from search.logwatch import FAILURES, PHASES, LogClassifier, classify_file, describe, read_log, signature_version
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "logs"
 EXPECTED = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
@@ -137,3 +138,99 @@ def test_advice_lines_after_a_failure_are_kept() -> None:
     quiet = LogClassifier()
     quiet.feed("[2026-03-01 09:00:00] server_args=ServerArgs(model_path='m') --tp 8")  # no failure yet
     assert quiet.advice == []
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '  File "/x/sglang/srt/model_loader/loader.py", line 10, in load_model',  # .pyc-only: no source
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "<string>", line 1, in <module>',
+    ],
+)
+def test_exception_after_a_frame_without_source_is_not_skipped(frame: str) -> None:
+    c = LogClassifier()
+    c.feed("[2026-02-19 06:10:31 TP0] Scheduler hit an exception: Traceback (most recent call last):")
+    c.feed(frame)
+    c.feed("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)")
+    assert c.failure is not None and c.failure.name == "nccl_error"
+    assert c.failure.line.startswith("RuntimeError: NCCL error")
+
+
+def test_frame_source_is_skipped_but_the_next_frame_is_read() -> None:
+    """Source lines sit deeper than their frame (or flush in a paste that lost indentation); a
+    sourceless frame followed by another frame still gives that frame's phase."""
+    c = LogClassifier()
+    for line in [
+        "[2026-02-19 06:10:31 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "<frozen runpy>", line 198, in _run_module_as_main',
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/model_runner.py", line 934, in init_cuda_graphs',
+        '    raise RuntimeError("CUDA out of memory while capturing")',  # source: not evidence
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]:
+        c.feed(line)
+    assert (c.failure.name, c.failure.phase) == ("cuda_graph_error", "cuda_graph")
+    flat = LogClassifier()
+    for line in [
+        'File "/sgl-workspace/sglang/python/sglang/srt/distributed/pynccl_wrapper.py", line 329, in NCCL_CHECK',
+        'raise RuntimeError(f"NCCL error: {error_str}")',
+    ]:
+        flat.feed(line)
+    assert flat.failure is None
+
+
+def test_unbalanced_memory_warning_is_not_a_failure() -> None:
+    """With SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK=false SGLang warns and carries on; only the
+    raised exception means a GPU is held by another process."""
+    c = LogClassifier()
+    c.feed("[2026-02-19 05:48:17 TP1] WARNING model_runner.py:512: The memory capacity is unbalanced. Some GPUs "
+           "may be occupied by other processes. min_per_gpu_memory=70.12, local_gpu_memory=139.50, "
+           "local_gpu_memory * 0.9=125.55")
+    assert c.failure is None
+    c.feed("RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+           "min_per_gpu_memory=70.12, local_gpu_memory=139.50, local_gpu_memory * 0.9=125.55")
+    assert c.failure is not None and c.failure.name == "gpu_busy"
+
+
+def test_multithread_loader_progress() -> None:
+    """SGLang's multithread loader names its bar differently (as in SGLang's own docs output)."""
+    c = LogClassifier()
+    for line in [
+        "[2026-04-21 06:50:01] Load weight begin. avail mem=78.50 GB",
+        "Multi-thread loading shards:   0% Completed | 0/4 [00:00<?, ?it/s]",
+        "Multi-thread loading shards:  50% Completed | 2/4 [00:01<00:01,  1.17it/s]",
+    ]:
+        c.feed(line)
+    assert (c.phase, c.progress) == ("loading", 50.0)
+    assert LogClassifier().feed("Multi-thread loading shards:  25% Completed | 1/4 [00:00<00:02,  1.29it/s]")[-1].progress == 25.0
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("[2026-02-20 10:00:14] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+         "address already in use", "port_busy"),
+        ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+         "port: 30005, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use", "port_busy"),
+        ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "gpu_busy"),
+        ("NotImplementedError: moe_runner_backend=flashinfer_mxfp4 requires SM90 or SM100.", "unsupported"),
+        ("RuntimeError: No supported CUDA architectures found for major versions [9, 10].", "unsupported"),
+    ],
+)
+def test_infrastructure_and_unsupported_texts(line: str, kind: str) -> None:
+    c = LogClassifier()
+    c.feed(line)
+    assert c.failure is not None and c.failure.name == kind
+    # a port or GPU held by another process is the host's fault: the study retries the config
+    assert Failure.from_event(c.failure).infrastructure == kind.endswith("_busy")
+
+
+def test_a_version_without_signatures_reads_with_every_wording(caplog: pytest.LogCaptureFixture) -> None:
+    """A live manifest may name a release newer than the signature files: warn, do not refuse."""
+    assert signature_version("0.5.23") == "0.5.23"
+    assert signature_version(None) is None
+    with caplog.at_level("WARNING", logger="search.logwatch"):
+        assert signature_version("0.5.10") is None
+    assert "no log signatures for SGLang 0.5.10" in caplog.text
+    verdict = read_log(FIXTURES / "versions/v0.5.23_ready.log", signature_version("0.5.10")).summary()
+    assert (verdict["phase"], verdict["failure"]) == ("ready", None)
