@@ -81,10 +81,14 @@ class Rank:
         sys.stdin.readline()  # "go", or "" at EOF when the parent is gone
 
     def free_gib(self, rank: int) -> float:
-        """What `get_available_gpu_memory` reads on the rank's GPU at startup (GiB, unrounded)."""
+        """What `get_available_gpu_memory` reads on the rank's GPU at startup (GiB, unrounded).
+
+        Never below 0: the built-in GLM-5 weights overfill a GPU at tp <= 2, so a holder's
+        published use can exceed the GPU; a real GPU is then simply full.
+        """
         occupant = self.plan["occupants"][rank]
         used = occupant["memory_used_mib"] if occupant else gpu_state.IDLE_USED_MIB
-        return (gpu_state.TOTAL_MIB - used) / GIB_MIB
+        return max(gpu_state.TOTAL_MIB - used, 0) / GIB_MIB
 
     def check_memory_balance(self) -> None:
         """SGLang's TP memory check: the all-reduced minimum of free memory against this rank's own.
