@@ -66,6 +66,20 @@ def write(state_dir: Path, state: GpuState) -> None:
     os.replace(tmp, path)
 
 
+def occupant(state_dir: Path, gpu: int) -> GpuState | None:
+    """Another process's hold on the GPU as a starting server finds it (None: the GPU is free).
+
+    A holder that has not published its state yet is taken to fill the GPU as a loaded server
+    does (95% of its memory), so a server started next to it sees an occupied GPU.
+    """
+    if not is_held(state_dir, gpu):
+        return None
+    state = read(state_dir, gpu)
+    if state.pid == 0:
+        state.memory_used_mib = int(TOTAL_MIB * 0.95)
+    return state
+
+
 def read(state_dir: Path, gpu: int) -> GpuState:
     """What the GPU shows now: the holder's JSON while its lock is held, else an idle GPU."""
     if is_held(state_dir, gpu):

@@ -11,7 +11,9 @@ server's environment.
 
 The autotune phase runs when SGLang's own rule for the version says so, unless the landscape's
 phase_seconds names "autotune" explicitly: > 0 runs it (a patched SGLang, as in the seed run),
-0 skips it.
+0 skips it; a failure or hang there runs it too. Graph capture runs only when the flags leave
+decode CUDA graphs on (search.emulator.cuda_graphs), so a failure or hang in "cuda_graph" for
+flags that turn them off is refused with a LandscapeError rather than silently skipped.
 """
 
 from __future__ import annotations

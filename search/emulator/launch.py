@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 import select
+import zlib
 import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from search import manifests
+from search.emulator import cuda_graphs, gpu_state
 from search.emulator.config import Settings
 from search.emulator.gpu_state import TOTAL_MIB
 from search.emulator.landscape import Landscape, LandscapeError
@@ -30,6 +32,13 @@ GPU_GIB = TOTAL_MIB / 1024
 _AUTOTUNE_0_5_9 = {"flashinfer_trtllm", "flashinfer_mxfp4"}
 _AUTOTUNE_0_5_23 = _AUTOTUNE_0_5_9 | {"flashinfer_trtllm_routed", "flashinfer_cutedsl", "flashinfer_cutlass",
                                       "flashinfer_megamoe"}
+# SGLang's default decode capture sizes, cut at --cuda-graph-max-bs (default 256 here).
+_CAPTURE_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+# Environment variables SGLang renames at import (environ.py `_convert_SGL_to_SGLANG`): the old
+# name's value is copied verbatim (not negated) onto the new one, in the versions that do it.
+_RENAMED_ENV = {"0.5.8.post1": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"},
+                "0.5.9": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"}}
+_ENV_FALSE = ("false", "0", "no", "n")  # EnvBool; any other value keeps the default
 
 
 def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
@@ -52,14 +61,25 @@ def tp_size(flags: dict[str, Any]) -> int:
     return int(flags.get("tp_size") or flags.get("tensor_parallel_size") or 1)
 
 
-def graphs_on(flags: dict[str, Any]) -> bool:
-    return not (flags.get("disable_cuda_graph") or flags.get("cuda_graph_backend_decode") == "disabled"
-                or flags.get("disable_decode_cuda_graph"))
+def balance_check(version: str, env: dict[str, str]) -> bool:
+    """`envs.SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK.get()`: default True; a value that is not a
+    boolean word also reads as the default (SGLang warns and falls back)."""
+    env = dict(env)
+    for old, new in _RENAMED_ENV.get(version, {}).items():
+        if old in env:
+            env[new] = env[old]
+    return env.get("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "").lower() not in _ENV_FALSE
 
 
 def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landscape: Landscape) -> dict[str, Any]:
     """Everything the ranks and the server need, decided once from flags, env and landscape."""
     outcome = landscape.startup(flags, env)
+    graphs = cuda_graphs.on(flags)
+    if outcome and outcome["phase"] == "cuda_graph" and not graphs:
+        raise LandscapeError(
+            f"landscape {landscape.path}: startup() puts a {'hang' if outcome.get('hang') else 'crash'} in phase "
+            "'cuda_graph', but these flags turn decode CUDA graphs off, so SGLang never captures; have startup() "
+            "check the graph flags (search.emulator.cuda_graphs.on(flags)) and name a phase that runs")
     seconds, explicit_autotune = landscape.phase_seconds(flags, env)
     if explicit_autotune is not None:
         autotune = explicit_autotune > 0
@@ -67,29 +87,32 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         tuned = _AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9
         autotune = flags.get("moe_runner_backend") in tuned and not flags.get("disable_flashinfer_autotune")
     if outcome and outcome["phase"] == "autotune":
-        autotune = True  # a crash there means it ran
+        autotune = True  # a crash or hang there means it ran
     tp = tp_size(flags)
     weights = MODEL["weights_gib_total"] / tp
     fraction = float(flags.get("mem_fraction_static") or 0.85)
     pool = max(fraction * GPU_GIB, weights + 0.5)
     kv_tokens = int((pool - weights) * 1024 / MODEL["kv_mib_per_token"])
-    mrr = flags.get("max_running_requests") or landscape.max_running_requests(flags, env)
-    max_bs = flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs") or min(256, int(mrr))
+    mrr = int(flags.get("max_running_requests") or landscape.max_running_requests(flags, env))
+    # SGLang never captures a batch larger than the request pool (--max-running-requests).
+    capture = cuda_graphs.decode_bs(flags) or [b for b in _CAPTURE_BS
+                                               if b <= (cuda_graphs.decode_max_bs(flags) or 256)]
     return {
         "version": settings.version, "state_dir": str(settings.state_dir), "host_gpus": settings.gpus,
         "log_ms": env.get("SGLANG_LOG_MS", "0") not in ("", "0", "false", "False"),
         "seconds": {k: v * settings.time_scale for k, v in seconds.items()},
         "failure": outcome if outcome and not outcome.get("hang") else None,
         "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
-        "tp": tp, "failing_ranks": failing_ranks(outcome, flags, tp), "autotune": autotune, "cuda_graph": graphs_on(flags),
+        "tp": tp, "failing_ranks": failing_ranks(outcome, flags, tp), "autotune": autotune, "cuda_graph": graphs,
+        "graph_backend": cuda_graphs.backend(flags, "decode"), "prefill_graph": cuda_graphs.on(flags, "prefill"),
+        "balance_check": balance_check(settings.version, env), "base_gpu_id": int(flags.get("base_gpu_id") or 0),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,
-        "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": int(mrr),
+        "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": mrr,
         "chunked_prefill_size": flags.get("chunked_prefill_size") or 8192,
         "max_prefill_tokens": flags.get("max_prefill_tokens") or 16384,
         "context_len": flags.get("context_length") or MODEL["context_len"],
-        "graph_bs": [b for b in [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
-                                 320, 384, 448, 512] if b <= int(max_bs)],
+        "graph_bs": [b for b in capture if b <= mrr],
         "corrupt": landscape.corrupt(flags, env),
     }
 
@@ -138,16 +161,25 @@ class Ranks:
     def wait_ready(self) -> int | None:
         """Block until every rank said ready: None; or the first rank that died without a word.
 
-        A failing rank SIGQUITs us instead; a hang waits forever. A rank killed from outside
-        closes its pipe unannounced, which SGLang reports as a dead scheduler.
+        On the way each rank says `init` where SGLang's init_torch_distributed runs its collectives
+        (rendezvous, the all-reduce of free memory); all get `go` once all are there, so no rank
+        gets past that point alone. A failing rank SIGQUITs us instead; a hang waits forever. A
+        rank killed from outside closes its pipe unannounced, which SGLang reports as a dead
+        scheduler.
         """
-        pending = set(self.ready_fds)
+        pending, arrived = set(self.ready_fds), set()
         while pending:
             readable, _, _ = select.select(list(pending), [], [])
             for fd in readable:
-                if not os.read(fd, 64):
+                words = os.read(fd, 64).split()
+                if not words:
                     return self.ready_fds.index(fd)
-                pending.discard(fd)
+                if b"init" in words:
+                    arrived.add(fd)
+                    if len(arrived) == len(self.ready_fds):
+                        self.send("go")
+                if b"ready" in words:
+                    pending.discard(fd)
         return None
 
     def send(self, line: str) -> None:
@@ -180,7 +212,10 @@ def main(argv: list[str]) -> int:
         return 2
     log = Logger(settings.version, None, the_plan["log_ms"])
     log.raw("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in flags.items()) + ")")
-    ranks = Ranks(the_plan, gpus_of(flags, env))
+    gpus = gpus_of(flags, env)
+    the_plan["occupants"] = [asdict(o) if o else None for o in
+                             (gpu_state.occupant(settings.state_dir, g) if g < settings.gpus else None for g in gpus)]
+    ranks = Ranks(the_plan, gpus)
 
     def on_sigquit(signum: int, frame: object) -> None:
         log.say(ranks.sigquit_line)

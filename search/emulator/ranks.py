@@ -1,9 +1,12 @@
 """One scheduler process per TP rank: holds its GPU, logs its startup phases, reports load.
 
 Started by the main process as `python -m search.emulator.ranks` with the plan as the first
-line on stdin. Like a real SGLang scheduler it is a plain child: a SIGKILLed parent leaves it
-running (an orphan) with its GPU held until it is killed itself; a SIGTERM ends it cleanly.
-Protocol: it writes `ready` to the fd named in the plan; later stdin lines are `load RUNNING
+line on stdin. A SIGKILLed parent leaves it running (an orphan) with its GPU held until it is
+killed itself, whether serving or still starting: SGLang asks for PR_SET_PDEATHSIG, yet schedulers
+reparented to init that keep their GPUs are what users report (sglang issue 23627, PR 31645).
+A SIGTERM ends it cleanly.
+Protocol: it writes `init` to the fd named in the plan at torch distributed's collectives and
+waits for `go` on stdin, then `ready` when started; later stdin lines are `load RUNNING
 TOKS_PER_S` (GPU telemetry) or `warmup` (run the warmup forward); EOF means the parent is gone.
 """
 
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from search.emulator import gpu_state
-from search.emulator.logs import Logger, tqdm_time
+from search.emulator.logs import Logger
 
 GIB_MIB = 1024
 # Power and utilization rise with the load served (the seed saw ~250 W of 600 W at 880-3,740 tok/s).
@@ -36,22 +39,24 @@ class Rank:
         self.seconds: dict[str, float] = plan["seconds"]
         self.failure: dict[str, Any] | None = plan["failure"]
         self.fails_here = self.failure is not None and self.rank in plan["failing_ranks"]
+        self.parent = os.getppid()  # SGLang keeps psutil.Process().parent() from the start
+        self.ready_fd: int = plan["ready_fd"]
         self.lock_fd: int | None = None
         self.used_mib = 600
+        occupant = plan["occupants"][self.rank]
+        self.occupant = gpu_state.GpuState(**occupant) if occupant else None
 
     # --- phases -------------------------------------------------------------------------
     def run(self) -> None:
         self.log.say("dist_begin")
         if self.gpu >= self.plan["host_gpus"]:
             self.crash("starting", "RuntimeError: CUDA error: invalid device ordinal")
+        # Another process's GPU cannot be locked: this rank then shares it, as CUDA lets it.
         self.lock_fd = gpu_state.try_lock(self.state_dir, self.gpu)
-        if self.lock_fd is None:
-            free = self.plan["gpu_gib"] * 0.05
-            self.crash("starting", "RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied "
-                       f"by other processes. pre_model_load_memory={free:.2f}, local_gpu_memory="
-                       f"{self.plan['gpu_gib']:.2f}, local_gpu_memory * 0.9={self.plan['gpu_gib'] * 0.9:.2f}")
         self.publish(0, 0.0)
         self.sleep(self.seconds["starting"])
+        self.rendezvous()
+        self.check_memory_balance()
         self.log.say("dist_end", elapsed=self.seconds["starting"], usage=0.59)
         self.loading()
         self.kv_cache()
@@ -65,39 +70,99 @@ class Rank:
                          prefill=p["max_prefill_tokens"], mrr=p["max_running_requests"],
                          ctx=p["context_len"], avail=self.avail())
 
+    def rendezvous(self) -> None:
+        """The collectives of init_torch_distributed: wait here until every rank arrived (relayed
+        by the main process: `init` out, `go` back). Once the parent is gone the ranks' own
+        collective would still complete, so an orphan goes on."""
+        try:
+            os.write(self.ready_fd, b"init\n")
+        except BrokenPipeError:
+            return
+        sys.stdin.readline()  # "go", or "" at EOF when the parent is gone
+
+    def free_gib(self, rank: int) -> float:
+        """What `get_available_gpu_memory` reads on the rank's GPU at startup (GiB, unrounded).
+
+        Never below 0: the built-in GLM-5 weights overfill a GPU at tp <= 2, so a holder's
+        published use can exceed the GPU; a real GPU is then simply full.
+        """
+        occupant = self.plan["occupants"][rank]
+        used = occupant["memory_used_mib"] if occupant else gpu_state.IDLE_USED_MIB
+        return max(gpu_state.TOTAL_MIB - used, 0) / GIB_MIB
+
+    def check_memory_balance(self) -> None:
+        """SGLang's TP memory check: the all-reduced minimum of free memory against this rank's own.
+
+        Every rank with more than 1/0.9 of the least free memory raises (the ranks on the free
+        GPUs, not the occupied one), unless SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is false: then
+        each logs the same text and goes on. A single GPU is never checked.
+        """
+        least = min(self.free_gib(r) for r in range(self.plan["tp"]))
+        local = self.free_gib(self.rank)
+        if self.plan["tp"] == 1 or least >= local * 0.9:
+            return
+        message = self.log.words["unbalanced"].format(least=least, local=local, local90=local * 0.9)
+        if self.plan["balance_check"]:
+            self.crash("unbalanced", f"RuntimeError: {message}")
+        self.log.raw(message)
+
     def enter(self, phase: str) -> None:
-        """At a phase's first line: stop here if this phase hangs; crash midway if it fails here."""
+        """At a phase's first line: stop here for good if the landscape hangs this phase."""
         if self.plan["hang"] == phase:
             while True:
                 signal.pause()
+
+    def fail(self, phase: str, after: float = 0.0) -> None:
+        """Where the landscape's failure of `phase` strikes (`after` seconds on, when it does): the
+        failing ranks raise, the others wait in a collective until the main process kills them."""
         if self.failure and self.failure["phase"] == phase:
-            self.sleep(self.seconds.get(phase, 0.0) / 2)
+            self.sleep(after)
             if self.fails_here:
                 self.crash(phase, self.failure["error"])
-            while True:  # the other ranks wait in a collective until the main process kills them
+            while True:
                 signal.pause()
 
     def loading(self) -> None:
         self.log.say("load_begin", avail=self.avail())
         self.enter("loading")
         total, seconds = self.plan["shards"], self.seconds["loading"]
+        shard_gib = self.plan["weights_gib"] / total
+        # On a GPU another process fills, the shards that fit load, then the next one OOMs.
+        fits = int(self.free_gib(self.rank) // shard_gib) if self.occupant else total
+        bar = self.log.bar("shards_bar", total, seconds, self.log.words["shards_desc"]) if self.rank == 0 else None
         for done in range(1, total + 1):
+            if done > fits:
+                self.crash("loading", self.shard_oom(shard_gib, fits))
             self.sleep(seconds / total)
-            if self.rank == 0:
-                elapsed = seconds * done / total
-                self.log.bar("shards", pct=100 * done // total, done=done, total=total,
-                             elapsed=tqdm_time(elapsed), left=tqdm_time(seconds - elapsed),
-                             rate=total / seconds if seconds else 0.0)
+            if bar:
+                bar.update()
+            if done == max(1, total // 2):
+                self.fail("loading")  # part-way, as a real loading failure
+        if bar:
+            bar.close()
         self.used_mib = int(self.plan["weights_gib"] * GIB_MIB)
         self.publish(0, 0.0)
         self.log.say("load_end", elapsed=seconds, arch=self.plan["arch"], avail=self.avail(),
                      usage=self.plan["weights_gib"])
 
+    def shard_oom(self, shard_gib: float, loaded: int) -> str:
+        """PyTorch's CUDA OOM text for the shard after `loaded` ones, on a GPU the occupant fills."""
+        assert self.occupant is not None
+        mine_mib = self.used_mib + loaded * shard_gib * GIB_MIB
+        free_mib = max(self.free_gib(self.rank) * GIB_MIB - loaded * shard_gib * GIB_MIB, 0.0)
+        device = self.plan["base_gpu_id"] + self.rank
+        return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {shard_gib:.2f} GiB. GPU {device} "
+                f"has a total capacity of {self.plan['gpu_gib']:.2f} GiB of which {free_mib:.2f} MiB is free. "
+                f"Process {self.occupant.pid} has {self.occupant.memory_used_mib / GIB_MIB:.2f} GiB memory in use. "
+                f"Including non-PyTorch memory, this process has {mine_mib / GIB_MIB:.2f} GiB memory in use.")
+
     def kv_cache(self) -> None:
         if self.rank == 0:
             self.log.say("kv_dtype")
         self.enter("kv_cache")
-        self.sleep(self.seconds["kv_cache"])
+        self.sleep(self.seconds["kv_cache"] / 2)
+        self.fail("kv_cache")
+        self.sleep(self.seconds["kv_cache"] / 2)
         self.used_mib = int(self.plan["pool_gib"] * GIB_MIB)
         self.publish(0, 0.0)
         self.log.say("kv_alloc", tokens=self.plan["kv_tokens"], kv=self.plan["pool_gib"] - self.plan["weights_gib"])
@@ -107,43 +172,54 @@ class Rank:
         self.log.say("autotune_begin", cache=self.plan["autotune_cache"])
         self.log.raw(self.log.words["tuner_start"])
         self.enter("autotune")
-        self.sleep(self.seconds["autotune"])
+        self.sleep(self.seconds["autotune"] / 2)
+        self.fail("autotune")
+        self.sleep(self.seconds["autotune"] / 2)
         self.log.raw(self.log.words["tuner_end"])
         self.log.say("autotune_end")
 
     def cuda_graph(self) -> None:
-        bs = self.plan["graph_bs"]
-        self.log.say("graph_begin", avail=self.avail(), role="target")
+        """Capture from the largest batch down; a capture failure strikes at the first (largest)."""
+        bs, seconds = self.plan["graph_bs"], self.seconds["cuda_graph"]
+        self.log.say("graph_begin", avail=self.avail(), role="target", backend=self.plan["graph_backend"])
         if self.rank == 0:
             self.log.say("graph_bs", bs=bs)
         self.enter("cuda_graph")
-        seconds = self.seconds["cuda_graph"]
-        for done, size in enumerate(reversed(bs), start=1):
+        bar = self.log.bar("graph_bar", len(bs), seconds) if self.rank == 0 else None
+        for size in reversed(bs):
+            if bar:
+                bar.set_description(self.log.words["graph_desc"].format(bs=size, avail=self.avail()))
             self.sleep(seconds / len(bs))
-            if self.rank == 0:
-                elapsed = seconds * done / len(bs)
-                self.log.bar("graph_bar", bs=size, avail=self.avail(), pct=100 * done // len(bs),
-                             bar=("█" * (10 * done // len(bs))).ljust(10), done=done, total=len(bs),
-                             elapsed=tqdm_time(elapsed), left=tqdm_time(seconds - elapsed),
-                             rate=len(bs) / seconds if seconds else 0.0)
+            self.fail("cuda_graph")
+            if bar:
+                bar.update()
+        self.fail("cuda_graph")  # reached only when there was no batch size to capture
+        if bar:
+            bar.close()
         self.used_mib += 3 * GIB_MIB
         self.publish(0, 0.0)
         self.log.say("graph_end", elapsed=seconds, usage=3.0, avail=self.avail(), role="target", bs=bs)
 
     # --- serving ------------------------------------------------------------------------
-    def serve(self, ready_fd: int) -> None:
-        os.write(ready_fd, b"ready\n")
+    def serve(self) -> None:
+        try:
+            os.write(self.ready_fd, b"ready\n")
+        except BrokenPipeError:
+            pass  # the parent died during startup: stdin is at EOF too, so this rank is an orphan below
         for line in sys.stdin:
             words = line.split()
             if words[:1] == ["load"] and len(words) == 3:
                 self.publish(int(words[1]), float(words[2]))
             elif words == ["warmup"]:
                 self.enter("warmup")
+                self.fail("warmup", after=self.seconds["warmup"] / 2)
         self.publish(0, 0.0)  # parent gone: an orphan keeps its GPU until killed
         while True:
             signal.pause()
 
     def publish(self, running: int, tokens_per_s: float) -> None:
+        if self.lock_fd is None:
+            return  # a shared GPU shows its holder's state
         power = gpu_state.IDLE_POWER_W + _POWER_SPAN_W * tokens_per_s / (tokens_per_s + _POWER_HALF_RATE)
         utilization = round(100 * running / (running + 8)) if running else 0
         gpu_state.write(self.state_dir, gpu_state.GpuState(
@@ -152,19 +228,18 @@ class Rank:
 
     # --- helpers ------------------------------------------------------------------------
     def avail(self) -> float:
-        return self.plan["gpu_gib"] - self.used_mib / GIB_MIB
+        shared = self.occupant.memory_used_mib if self.occupant else 0
+        return self.plan["gpu_gib"] - (self.used_mib + shared) / GIB_MIB
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
 
-    def crash(self, phase: str, error: str) -> None:
-        """Log the exception as SGLang's scheduler does, SIGQUIT the parent, and die."""
-        self.log.exception(phase, error)
-        try:
-            os.kill(os.getppid(), signal.SIGQUIT)
-        except ProcessLookupError:
-            pass
+    def crash(self, frames: str, error: str) -> None:
+        """Log the exception as SGLang's scheduler does, SIGQUIT the parent if it lives, and die."""
+        self.log.exception(frames, error)
+        if os.getppid() == self.parent:  # an orphan's parent is gone; never signal its new one
+            os.kill(self.parent, signal.SIGQUIT)
         os._exit(1)
 
 
@@ -173,7 +248,7 @@ def main() -> None:
     plan = json.loads(sys.stdin.readline())
     rank = Rank(plan)
     rank.run()
-    rank.serve(plan["ready_fd"])
+    rank.serve()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ class Request:
 
     def __init__(self, prompt_tokens: int, target: int, finish_reason: str) -> None:
         self.prompt_tokens = prompt_tokens
-        self.target = max(1, target)
+        self.target = target  # 0: prefill only (max_new_tokens 0), finished without a token
         self.finish_reason = finish_reason
         self.start_v = 0.0
         self.emitted = 0
@@ -192,14 +192,22 @@ class Scheduler:
         req.emitted = produced
         req.last_token_at = now
         if produced >= req.target:
-            req.state = "done"
-            self.running.discard(req)
-            if self.record:
-                self.stats.e2e.append(now - req.arrived)
-            self.wake.set()
-        else:
-            nxt = req.start_v + min(produced + self.stream_interval, req.target) - 1
-            heapq.heappush(self.heap, (nxt, next(self.order), req))
+            self._finish(req, now)
+            return
+        nxt = req.start_v + min(produced + self.stream_interval, req.target) - 1
+        heapq.heappush(self.heap, (nxt, next(self.order), req))
+        self._notify(req)
+
+    def _finish(self, req: Request, now: float) -> None:
+        req.state = "done"
+        self.running.discard(req)
+        if self.record:
+            self.stats.e2e.append(now - req.arrived)
+        self.wake.set()
+        self._notify(req)
+
+    @staticmethod
+    def _notify(req: Request) -> None:
         if req.waiter is not None and not req.waiter.done():
             req.waiter.set_result(None)
 
@@ -227,6 +235,9 @@ class Scheduler:
         now = time.monotonic()
         self._advance(now)
         self.prefilling -= 1
+        if req.target == 0:
+            self._finish(req, now)
+            return
         req.state = "running"
         req.start_v = self.v
         req.first_token_at = now

@@ -43,13 +43,14 @@ class Emulator:
         self.ready = False
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
         self.rank0 = Logger(settings.version, 0 if plan["tp"] > 1 else None, plan["log_ms"])
-        graph = "True" if plan["cuda_graph"] else "False"
+        graph, prefill_graph = str(plan["cuda_graph"]), str(plan["prefill_graph"])
         self.scheduler = Scheduler(
             rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
             stream_interval=int(flags.get("stream_interval") or 1), kv_tokens=plan["kv_tokens"],
             noise=settings.noise, seed=settings.seed, log_interval=int(flags.get("decode_log_interval") or 40),
             on_prefill=lambda seqs, new, running, queued, usage, rate: self.rank0.say(
-                "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate, graph=graph),
+                "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate,
+                prefill_graph=prefill_graph),
             on_decode=lambda running, toks, queued, usage, rate: self.rank0.say(
                 "decode", running=running, tokens=toks, queued=queued, usage=usage, rate=rate, graph=graph),
             record=bool(flags.get("enable_metrics")))
@@ -57,10 +58,12 @@ class Emulator:
     # --- request handling -------------------------------------------------------------------
     def new_request(self, prompt: str | list[int], prompt_tokens: int, max_tokens: int | None, ignore_eos: bool,
                     temperature: float) -> tuple[Request, int]:
+        """max_tokens None: no limit but the context, as SGLang's scheduler clamps an unset one."""
         seed = tokens.seed_of(prompt)
         if temperature > 0:
             seed ^= int.from_bytes(os.urandom(8), "little")
-        limit = max_tokens if max_tokens is not None else 128
+        max_req_len = min(self.plan["context_len"], self.plan["kv_tokens"]) - 1
+        limit = max_tokens if max_tokens is not None else max(0, max_req_len - prompt_tokens - 1)
         natural = limit if ignore_eos else min(limit, tokens.natural_length(seed))
         req = Request(prompt_tokens, natural, "length" if natural == limit else "stop")
         self.scheduler.submit(req)
@@ -119,12 +122,24 @@ def _prompt(value: Any) -> tuple[str | list[int], int]:
     raise BadRequest("'prompt' must be a non-empty string or a list of token ids.")
 
 
+def _content(message: Any) -> str:
+    """A message's text: a string, or OpenAI's list of parts (text parts only: the model reads no images)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise BadRequest("'messages' must be a non-empty list of {role, content} objects; content is a string "
+                     "or a list of {\"type\": \"text\", \"text\": ...} parts.")
+
+
 def _messages(value: Any) -> tuple[str, int]:
-    if not isinstance(value, list) or not value or not all(
-            isinstance(m, dict) and isinstance(m.get("content"), str) for m in value):
+    if not isinstance(value, list) or not value:
         raise BadRequest("'messages' must be a non-empty list of {role, content} objects.")
-    joined = "\n".join(f"{m.get('role', 'user')}: {m['content']}" for m in value)
-    return joined, sum(tokens.count(m["content"]) + 4 for m in value) + 3
+    texts = [_content(m) for m in value]
+    joined = "\n".join(f"{m.get('role', 'user')}: {text}" for m, text in zip(value, texts))
+    return joined, sum(tokens.count(text) + 4 for text in texts) + 3
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -176,7 +191,7 @@ def build_app(emu: Emulator) -> FastAPI:
                                             "owned_by": "sglang", "root": emu.model, "parent": None,
                                             "max_model_len": emu.plan["context_len"]}]}
 
-    @app.post("/flush_cache")
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         if emu.scheduler.num_running or emu.scheduler.queue:
             return Response("Cache not flushed. Please check for pending requests.", status_code=400)
@@ -241,8 +256,12 @@ async def _drain(emu: Emulator, req: Request) -> None:
 
 async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], n_prompt: int, chat: bool) -> Response:
     temperature, ignore_eos = _sampling(body)
-    max_tokens = _int(body, "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens",
-                      None)
+    if chat:  # protocol.py: `self.max_completion_tokens or self.max_tokens` (so a 0 falls through)
+        max_tokens = _int(body, "max_completion_tokens", None) or _int(body, "max_tokens", None)
+    else:  # CompletionRequest: max_tokens defaults to 16 and must be positive
+        max_tokens = _int(body, "max_tokens", 16)
+        if not max_tokens:
+            raise BadRequest("max_tokens must be positive")
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object.")

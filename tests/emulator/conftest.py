@@ -17,6 +17,33 @@ from tests.helpers import free_port
 
 TUNED = ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "flashinfer_cutlass", "--disable-cuda-graph",
          "--mem-fraction-static", "0.92"]
+# A landscape for tests that need neither the seed's model nor its failures: the startup outcome is
+# the JSON in EMULATOR_TEST_OUTCOME (unset: it starts); at time scale 0.01 loading takes 1.66 s,
+# 0.02 s a shard, and the capture of batch sizes 1, 2, 4, 8 (the cap) 0.04 s.
+SMALL_LANDSCAPE = """
+import json
+
+def startup(flags, env):
+    outcome = env.get("EMULATOR_TEST_OUTCOME")
+    return json.loads(outcome) if outcome else None
+
+def throughput(flags, env, running):
+    return 400.0 * running
+
+def max_running_requests(flags, env):
+    return 8
+
+def phase_seconds(flags, env):
+    return {"starting": 5, "loading": 166, "kv_cache": 5, "autotune": 0, "cuda_graph": 4, "warmup": 5}
+"""
+
+
+@pytest.fixture
+def small_landscape(tmp_path: Path) -> dict[str, str]:
+    """The environment that runs SMALL_LANDSCAPE at time scale 0.01."""
+    path = tmp_path / "small_landscape.py"
+    path.write_text(SMALL_LANDSCAPE)
+    return {"SEARCH_EMULATOR_LANDSCAPE": str(path), "SEARCH_EMULATOR_TIME_SCALE": "0.01"}
 
 
 

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from search.emulator import gpu_state
 from search.emulator.landscape import Landscape
 from search.emulator.launch import parse_flags
 from tests.emulator.conftest import TUNED, client
@@ -54,6 +55,33 @@ def test_completions_usage_determinism_and_errors(start) -> None:
         assert c.get("/server_info").json()["max_total_num_tokens"] > 0
         assert c.post("/flush_cache").status_code == 200
         assert _metric(c, "sglang:generation_tokens_total") >= 5 + 5 + 4 + 3
+
+
+def test_chat_parts_flush_cache_by_get_and_max_tokens_as_sglang(start, small_landscape) -> None:
+    server = start(["--model-path", "m"], **small_landscape)
+    server.wait_ready()
+    chat = "/v1/chat/completions"
+    with client(server) as c:
+        text = c.post(chat, json={"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 5}).json()
+        parts = c.post(chat, json={"messages": [{"role": "user", "content": [{"type": "text", "text": "hi there"}]}],
+                                   "max_tokens": 5})
+        assert parts.status_code == 200
+        assert parts.json()["choices"][0]["message"]["content"] == text["choices"][0]["message"]["content"]
+        image = c.post(chat, json={"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}], "max_tokens": 5})
+        assert image.status_code == 400 and image.json()["object"] == "error"
+        assert c.get("/flush_cache").status_code == 200 and c.post("/flush_cache").status_code == 200
+        # Chat: `max_completion_tokens or max_tokens`, so 0 asks for no token (a prefill-only request).
+        zero = c.post(chat, json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).json()
+        assert zero["usage"]["completion_tokens"] == 0 and zero["choices"][0]["message"]["content"] == ""
+        assert zero["choices"][0]["finish_reason"] == "length"
+        native = c.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 0}}).json()
+        assert native["meta_info"]["completion_tokens"] == 0 and native["text"] == ""
+        # Completions: max_tokens defaults to 16 and must be positive.
+        bad = c.post("/v1/completions", json={"prompt": "x", "max_tokens": 0})
+        assert bad.status_code == 400 and "max_tokens must be positive" in bad.json()["message"]
+        default = c.post("/v1/completions", json={"prompt": "x", "ignore_eos": True}).json()
+        assert default["usage"]["completion_tokens"] == 16
 
 
 async def _streams(url: str, n: int, max_tokens: int) -> None:
@@ -108,14 +136,38 @@ def test_orphans_hold_their_gpus(start, tmp_path) -> None:
                          env={**os.environ, "SEARCH_EMULATOR_STATE_DIR": shared}, capture_output=True, text=True)
     rows = [line.split(", ") for line in smi.stdout.splitlines()]
     assert len(rows) == 8 and all(int(r[1]) > 80000 and r[2] == "97887" and r[4] == "600.00" for r in rows)
+    # Every GPU filled alike: SGLang's balance check passes (it compares GPUs with each other; the
+    # unbalanced case is test_memory_balance_check_as_sglang_does_it), and the weights do not fit.
     second = start(SEARCH_EMULATOR_STATE_DIR=shared)
     assert second.wait_exit() != 0
-    assert "The memory capacity is unbalanced. Some GPUs may be occupied by other processes." in second.text()
+    text = second.text()
+    assert "The memory capacity is unbalanced" not in text
+    holders = re.findall(r"torch.OutOfMemoryError: CUDA out of memory\. Tried to allocate 0\.32 GiB\. GPU \d has a "
+                         r"total capacity of 95\.59 GiB of which [\d.]+ MiB is free\. Process (\d+) has", text)
+    assert holders and {int(h) for h in holders} <= set(pids), text[-3000:]
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.3)
     third = start(SEARCH_EMULATOR_STATE_DIR=shared)
     third.wait_ready()
+
+
+def test_parent_killed_during_startup_leaves_orphans_holding_their_gpus(start, tmp_path) -> None:
+    """The ranks go on through their phases; reporting ready to a dead parent makes them orphans."""
+    server = start(SEARCH_EMULATOR_TIME_SCALE="0.01")  # loading takes 2.5 s
+    deadline = time.monotonic() + 30
+    while server.text().count("] Load weight begin.") < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [json.loads((server.state / f"gpu{i}.json").read_text())["pid"] for i in range(8)]
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    while server.text().count("] FlashInfer autotune completed.") < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)  # each rank's last startup line; "ready" to the dead parent comes next
+    assert "Loading safetensors checkpoint shards: 100%" in server.text()
+    time.sleep(1.0)
+    assert all(os.path.exists(f"/proc/{pid}") for pid in pids), server.text()[-2000:]
+    assert all(gpu_state.is_held(server.state, i) for i in range(8))
+    assert "BrokenPipeError" not in server.text()
 
 
 @pytest.mark.timing

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 
+import httpx
+import pytest
+
+from search.emulator import gpu_state
 from tests.emulator.conftest import TUNED, client
 
 
@@ -46,7 +52,7 @@ def test_startup_log_order_0_5_23(start) -> None:
                   "The server is fired up and ready to roll!"])
     assert all(f"TP{r}] Load weight end." in text for r in range(8))
     assert "Capture cuda graph bs" not in text  # 0.5.23 puts the sizes into the end line
-    assert text.count("Loading safetensors checkpoint shards:") == 83
+    assert text.count("Loading safetensors checkpoint shards:") == 85  # tqdm draws 0/83 first and 83/83 again at close
     assert '"GET /model_info HTTP/1.1" 200' in text and '"POST /generate HTTP/1.1" 200' in text
     assert any(line.startswith("[") and line[20] == "." for line in text.splitlines() if "TP3]" in line)
 
@@ -105,9 +111,16 @@ def test_warmup_failure_after_uvicorn(start) -> None:
              "SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
 
 
-def test_health_is_503_until_ready(start) -> None:
+def test_no_http_while_loading_then_health_200_when_ready(start) -> None:
+    """SGLang starts uvicorn only once every scheduler reported ready (http_server.launch_server),
+    so a server hung in loading answers nothing at all, not 503; 503 is for the warmup (below)."""
     server = start(TUNED, NCCL_NVLS_ENABLE="1")
-    server.wait_for("Load weight begin")
+    server.wait_for("TP7] Load weight begin")
+    with client(server) as c:
+        for path in ("/health", "/health_generate", "/model_info"):
+            with pytest.raises(httpx.ConnectError):
+                c.get(path)
+    assert server.proc.poll() is None
     ok = start(TUNED)
     ok.wait_ready()
     with client(ok) as c:
@@ -135,3 +148,117 @@ def test_health_503_while_warmup_runs_and_single_gpu_lines_carry_no_rank_tag(sta
         assert model["data"][0]["object"] == "model" and model["data"][0]["max_model_len"] > 0
     text = server.text()
     assert "] Load weight end." in text and " TP0]" not in text  # SGLang tags TPn only when tp > 1
+
+
+def test_graph_outcome_with_graphs_off_is_refused_not_ignored(start, small_landscape) -> None:
+    """A landscape that crashes or hangs a config in graph capture while the flags turn decode graphs
+    off (SGLang would never capture) is told so; the flags resolve with SGLang's precedence."""
+    crash = json.dumps({"phase": "cuda_graph", "error": "Exception: Capture cuda graph failed: boom"})
+    hang = json.dumps({"phase": "cuda_graph", "hang": True})
+    off = (["--disable-cuda-graph"], ["--cuda-graph-backend-decode", "disabled"],
+           ["--cuda-graph-config", '{"decode": {"backend": "disabled"}}'])
+    refused = [start(["--model-path", "m", *flags], EMULATOR_TEST_OUTCOME=outcome, **small_landscape)
+               for flags in off for outcome in (crash, hang)]
+    # The per-phase backend flag beats --disable-cuda-graph, the JSON config beats both.
+    backend = start(["--model-path", "m", "--tp", "2", "--disable-cuda-graph", "--cuda-graph-backend-decode", "full"],
+                    EMULATOR_TEST_OUTCOME=crash, **small_landscape)
+    config = start(["--model-path", "m", "--tp", "2", "--cuda-graph-backend-decode", "disabled",
+                    "--cuda-graph-config", '{"decode": {"backend": "breakable"}}'],
+                   EMULATOR_TEST_OUTCOME=crash, **small_landscape)
+    for server in refused:
+        assert server.wait_exit() == 2
+        text = server.text()
+        assert "startup() puts a" in text and "in phase 'cuda_graph', but these flags turn decode CUDA graphs off" \
+            in text and "server_args=" not in text, text[-2000:]
+    _crashes(backend, "Capture target decode cuda graph begin. backend=full,", "Capture cuda graph failed: boom")
+    _crashes(config, "Capture target decode cuda graph begin. backend=breakable,", "Capture cuda graph failed: boom")
+
+
+def test_loading_crash_comes_part_way_through_the_shards(start, small_landscape) -> None:
+    error = "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    server = start(["--model-path", "m", "--tp", "2"], EMULATOR_TEST_OUTCOME=json.dumps({"phase": "loading",
+                   "error": error}), SEARCH_EMULATOR_SGLANG_VERSION="0.5.9", **small_landscape)
+    _crashes(server, "Load weight begin", error)
+    text = server.text()
+    before = text[:text.index("Scheduler hit an exception")]
+    loaded = [int(n) for n in re.findall(r"Loading safetensors checkpoint shards: +\d+% Completed \| (\d+)/83", before)]
+    assert loaded and 0 < max(loaded) <= 41, loaded  # some shards, then the failure half-way
+    assert "Load weight end" not in text
+
+
+def test_memory_balance_check_as_sglang_does_it(start, small_landscape, tmp_path) -> None:
+    """GPU 1 is held by another process with 90,000 MiB. SGLang all-reduces the least free memory
+    and every rank with more than 1/0.9 of it raises: the rank on the free GPU, not the one on the
+    occupied GPU, which goes on and runs out of memory loading. With the check off (here through
+    0.5.9's verbatim copy of the old variable SGL_DISABLE_... onto SGLANG_ENABLE_...) the text is
+    logged and the start goes on; one GPU is never checked."""
+    state = tmp_path / "held"
+    fd = gpu_state.try_lock(state, 1)
+    assert fd is not None
+    gpu_state.write(state, gpu_state.GpuState(index=1, pid=os.getpid(), memory_used_mib=90000))
+    shared = {**small_landscape, "SEARCH_EMULATOR_STATE_DIR": str(state)}
+    try:
+        checked = start(["--model-path", "m", "--tp", "2"], **shared)
+        warned = start(["--model-path", "m", "--tp", "2"], SEARCH_EMULATOR_SGLANG_VERSION="0.5.9",
+                       SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK="false", **shared)
+        single = start(["--model-path", "m", "--base-gpu-id", "1"], **shared)
+        for server in (checked, warned, single):
+            assert server.wait_exit() != 0
+    finally:
+        os.close(fd)
+    least, local = (97887 - 90000) / 1024, (97887 - 2) / 1024
+    values = f"local_gpu_memory={local!r}, local_gpu_memory * 0.9={local * 0.9!r}"
+    unbalanced = "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+    text = checked.text()
+    raised = re.findall(r"TP(\d)\] Scheduler hit an exception: Traceback[^[]*?RuntimeError: The memory capacity "
+                        r"is unbalanced", text)
+    assert raised == ["0"], text[-3000:]
+    _order(text, ["in _check_tp_memory_balance", f"RuntimeError: {unbalanced}pre_model_load_memory={least!r}, {values}",
+                  "Received sigquit from a child process."])
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.30 GiB. GPU 1 has a total capacity of "
+           "95.59 GiB of which ")
+    text = warned.text()
+    assert f"TP0] {unbalanced}min_per_gpu_memory={least!r}, {values}\n" in text
+    _order(text, ["TP1] Load weight begin. avail mem=7.12", "TP1] Scheduler hit an exception", oom,
+                  f"Process {os.getpid()} has 87.89 GiB memory in use."])
+    assert "TP0] Scheduler hit an exception" not in text and "TP1] The memory capacity" not in text
+    text = single.text()
+    assert "unbalanced" not in text and "Tried to allocate 2.59 GiB. GPU 1 has" in text, text[-2000:]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_progress_bars_are_written_as_tqdm_writes_them(start, small_landscape, version: str) -> None:
+    """tqdm to a file that is no terminal: each redraw starts with a carriage return, the line ends
+    when the bar closes. SGLang's shard BAR_FORMAT ended in a newline up to 0.5.9 (one line per
+    redraw and an empty one at the end); 0.5.23 dropped it. Read raw: no line splitting here."""
+    server = start(["--model-path", "m"], SEARCH_EMULATOR_SGLANG_VERSION=version, **small_landscape)
+    server.wait_ready()
+    raw = server.log_path.read_bytes().decode()
+    begin = raw.index("\n", raw.index("] Load weight begin.")) + 1
+    shards = raw[begin:raw.index("\n[", begin) + 1]  # up to the next log line (tp 1: one writer)
+    desc = "Loading safetensors checkpoint shards:"
+    if version == "0.5.9":
+        assert shards.endswith("\n\n") and shards.count("\n") == 86
+        draws = shards[:-1].split("\n")[:-1]
+        assert all(d.startswith("\r") for d in draws)
+        draws = [d[1:] for d in draws]
+    else:
+        assert shards.endswith("\n") and shards.count("\n") == 1 and shards.startswith("\r")
+        draws = shards[1:-1].split("\r")
+    assert len(draws) == 85
+    assert draws[0] == f"{desc}   0% Completed | 0/83 [00:00<?, ?it/s]"
+    assert draws[1] == f"{desc}   1% Completed | 1/83 [00:00<00:01, 50.00it/s]"
+    assert draws[-1] == draws[-2] == f"{desc} 100% Completed | 83/83 [00:01<00:00, 50.00it/s]"
+
+    start_at = raw.index("\r  0%|          | 0/4 [00:00<?, ?it/s]")
+    end_at = raw.index("\n", start_at)
+    assert raw[end_at + 1] == "["  # the bar's only newline is its close; a log line follows
+    draws = raw[start_at + 1:end_at].split("\r")
+    assert len(draws) == 10  # the empty bar, then per batch size: its description, its update; the close
+    mem = r"avail_mem=-?\d+\.\d\d GB"  # the built-in GLM-5 weights overfill one GPU: tp 1 reads negative
+    for i, (bs, done) in enumerate([(8, 0), (8, 1), (4, 1), (4, 2), (2, 2), (2, 3), (1, 3), (1, 4), (1, 4)], start=1):
+        bar = "█" * (10 * done // 4) + ("▌" if done % 2 else "")
+        rate = r"\?it/s" if done == 0 else r"100\.00it/s"
+        left = "?" if done == 0 else "00:00"
+        assert re.fullmatch(rf"Capturing batches \(bs={bs} {mem}\): +{100 * done // 4}%\|{bar} *\| {done}/4 "
+                            rf"\[00:00<{re.escape(left)}, {rate}\]", draws[i]), (i, draws[i])

@@ -223,11 +223,13 @@ def test_gpu_held_by_another_server_is_an_infrastructure_failure(make_profile, m
     holder, ready = start_server(host, first, marker=marker, log_path=tmp_path / "first.log", timeouts={})
     try:
         assert ready.ok
-        second = make_profile("ok", env=first.env)  # same state dir, so the same GPUs 0 and 1
+        # Same state dir, GPUs 1 and 2: GPU 1 held, GPU 2 free, so SGLang's balance check fails
+        # (GPUs held alike pass it, and the start runs out of memory loading instead).
+        second = make_profile("ok", env={**first.env, "CUDA_VISIBLE_DEVICES": "1,2"})
         handle, startup = start_server(host, second, marker=marker + "-2", log_path=tmp_path / "second.log",
                                        timeouts={})
         # Its own processes go, but the host stays dirty: stop says so, naming the holder.
-        with pytest.raises(InfrastructureFault, match=r"GPU 0 by pid \d+ \(.*search\.emulator"):
+        with pytest.raises(InfrastructureFault, match=r"GPU 1 by pid \d+ \(.*search\.emulator"):
             handle.stop()
         assert host.kill_marker(marker + "-2") == 0
         assert startup.failure.kind == "gpu_busy"

@@ -2,13 +2,16 @@
 
 Calibrated on the seed run (../../../../shared/reference/sglang.md section 7); every assumption
 beyond it is listed in seed.md next to this file. Works with the flags of 0.5.8.post1, 0.5.9
-and 0.5.23 (graph and allreduce-fusion flags are read under both versions' names).
+and 0.5.23 (graph flags are resolved by search.emulator.cuda_graphs as SGLang resolves them;
+allreduce-fusion flags are read under both versions' names).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from search.emulator import cuda_graphs
 
 # Output tok/s of the tuned configuration (cap removed, graphs off, flashinfer_cutlass autotune)
 # by running requests; the seed measured 256 / 512 / 1,024 and a peak near 4,000.
@@ -37,8 +40,7 @@ _OOM_GRAPH = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried t
 
 
 def graphs_off(flags: dict[str, Any]) -> bool:
-    return bool(flags.get("disable_cuda_graph")) or flags.get("cuda_graph_backend_decode") == "disabled" \
-        or bool(flags.get("disable_decode_cuda_graph"))
+    return not cuda_graphs.on(flags)  # decode graphs, resolved as SGLang does
 
 
 def allreduce_fusion(flags: dict[str, Any]) -> bool:
@@ -61,8 +63,7 @@ def _tp(flags: dict[str, Any]) -> int:
 
 
 def _graph_max_bs(flags: dict[str, Any]) -> int:
-    given = flags.get("cuda_graph_max_bs_decode") or flags.get("cuda_graph_max_bs")
-    return int(given) if given else 256
+    return cuda_graphs.decode_max_bs(flags) or 256
 
 
 def _graph_gib(flags: dict[str, Any], env: dict[str, str]) -> float:

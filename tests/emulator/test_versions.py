@@ -1,0 +1,84 @@
+"""Per SGLang version: the flags the emulator takes (its manifest's, no more, no less) and the
+wording of the periodic Prefill/Decode lines (../shared/reference/sglang.md sections 1 and 2)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from search import manifests
+from search.command import parse_command
+from tests.emulator.conftest import client
+
+SEED_COMMAND = parse_command((Path(__file__).parents[1] / "fixtures" / "seed_command.txt").read_text())
+
+
+def _logged_dests(text: str) -> list[str]:
+    """The keyword names of the logged `server_args=ServerArgs(...)` call, in order."""
+    line = next(line for line in text.splitlines() if "] server_args=ServerArgs(" in line)
+    call = ast.parse(line[line.index("ServerArgs("):], mode="eval").body
+    assert isinstance(call, ast.Call)
+    return [k.arg for k in call.keywords if k.arg]
+
+
+@pytest.mark.parametrize("version", manifests.SHIPPED)
+def test_server_args_hold_exactly_the_manifest_dests(start, small_landscape, version: str) -> None:
+    server = start(["--model-path", "m"], SEARCH_EMULATOR_SGLANG_VERSION=version, **small_landscape)
+    server.wait_for("] server_args=ServerArgs(")
+    server.stop()
+    dests = _logged_dests(server.text())
+    assert len(dests) == len(set(dests))
+    assert set(dests) == {f.dest for f in manifests.load(version).flags}
+
+
+def test_seed_command_refused_on_0_5_8_and_0_5_23_accepted_on_0_5_9(start) -> None:
+    env = {**SEED_COMMAND.env, "SEARCH_EMULATOR_TIME_SCALE": "0.001"}
+    old = start(SEED_COMMAND.args, SEARCH_EMULATOR_SGLANG_VERSION="0.5.8.post1", **env)
+    new = start(SEED_COMMAND.args, SEARCH_EMULATOR_SGLANG_VERSION="0.5.23", **env)
+    seed = start(SEED_COMMAND.args, SEARCH_EMULATOR_SGLANG_VERSION="0.5.9", **env)
+    assert old.wait_exit() == 2 and new.wait_exit() == 2
+    assert ("error: argument --nsa-decode-backend: invalid choice: 'trtllm' (choose from 'flashmla_sparse', "
+            "'flashmla_kv', 'flashmla_auto', 'fa3', 'tilelang', 'aiter')") in old.text()
+    assert "error: unrecognized arguments: --nsa-decode-backend trtllm --nsa-prefill-backend trtllm" in new.text()
+    seed.wait_for("] server_args=ServerArgs(")
+    seed.stop()
+    assert "model_path='lukealonso/GLM-5-NVFP4'" in seed.text() and "nsa_decode_backend='trtllm'" in seed.text()
+
+
+# What each version's scheduler_metrics_mixin / metrics_reporter writes (the small landscape has
+# graphs on; 0.5.9 prefill batches run without graphs unless piecewise ones are enabled, 0.5.23
+# captures breakable prefill graphs by default).
+NUMBER = r"\d+(?:\.\d+)?"
+LINES = {
+    "0.5.8.post1": (rf"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: {NUMBER}, "
+                    rf"#running-req: \d+, #queue-req: \d+, $",
+                    rf"Decode batch, #running-req: \d+, #token: \d+, token usage: {NUMBER}, cuda graph: True, "
+                    rf"gen throughput \(token/s\): {NUMBER}, #queue-req: \d+, $"),
+    "0.5.9": (rf"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: {NUMBER}, "
+              rf"#running-req: \d+, #queue-req: \d+, input throughput \(token/s\): {NUMBER}, cuda graph: False$",
+              rf"Decode batch, #running-req: \d+, #token: \d+, token usage: {NUMBER}, cuda graph: True, "
+              rf"gen throughput \(token/s\): {NUMBER}, #queue-req: \d+$"),
+    "0.5.23": (rf"Prefill batch, #new-seq: 1, #new-token: \d+, #cached-token: 0, token usage: {NUMBER}, "
+               rf"#running-req: \d+, #queue-req: \d+, #pending-token: 0, cuda graph: True, "
+               rf"input throughput \(token/s\): {NUMBER}$",
+               rf"Decode batch, #running-req: \d+, #token: \d+, token usage: {NUMBER}, cuda graph: True, "
+               rf"gen throughput \(token/s\): {NUMBER}, #queue-req: \d+$"),
+}
+
+
+@pytest.mark.parametrize("version", manifests.SHIPPED)
+def test_prefill_and_decode_lines_in_the_version_wording(start, small_landscape, version: str) -> None:
+    server = start(["--model-path", "m", "--decode-log-interval", "1"], SEARCH_EMULATOR_SGLANG_VERSION=version,
+                   **small_landscape)
+    server.wait_ready()
+    with client(server) as c:
+        c.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}})
+    lines = [line.split("] ", 1)[1] for line in server.text().splitlines()
+             if re.match(r"\[[^]]+\] (Prefill|Decode) batch", line)]
+    prefill, decode = LINES[version]
+    assert [line for line in lines if line.startswith("Prefill")] and [line for line in lines if line.startswith("Decode")]
+    for line in lines:
+        assert re.fullmatch(prefill if line.startswith("Prefill") else decode, line), (version, line)
