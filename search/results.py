@@ -129,11 +129,22 @@ def _level_at(t: FrozenTrial, concurrency: int | None) -> dict[str, Any] | None:
     return match[0] if match else (levels[-1] if levels else None)
 
 
-def _power(t: FrozenTrial, concurrency: int | None) -> str:
-    for g in t.user_attrs.get("gpu", []):
-        if g.get("concurrency") == concurrency and g.get("power_limit_w"):
-            return f"{g['power_w']:.0f}/{g['power_limit_w']:.0f} W"
-    return ""
+def _top_gpu(t: FrozenTrial) -> dict[str, Any] | None:
+    """The GPU record of the highest level measured: what the GPUs did under the most load.
+
+    Not the peak level's: a pruned or crashed trial, or one where no level met the SLOs, has
+    none, and those are the trials where "were the GPUs even busy?" matters most.
+    """
+    return max(t.user_attrs.get("gpu", []), key=lambda g: g["concurrency"], default=None)
+
+
+def gpu_text(g: dict[str, Any] | None) -> str:
+    """One level's GPU record as ``250/600 W 42%`` (power against its limit, utilization)."""
+    if g is None or g.get("power_w") is None:
+        return ""
+    limit = f"/{g['power_limit_w']:.0f}" if g.get("power_limit_w") else ""
+    busy = f" {g['utilization_pct']:.0f}%" if g.get("utilization_pct") is not None else ""
+    return f"{g['power_w']:.0f}{limit} W{busy}"
 
 
 def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str, Any]:
@@ -151,6 +162,7 @@ def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str
     by_level = {lv["max_concurrency"]: lv["output_throughput"] for lv in t.user_attrs.get("levels", [])}
     for c in space.load_test.concurrency:
         rec[f"tok_s@{c}"] = by_level.get(c)
+    top_gpu = _top_gpu(t)
     rec.update({
         "p99_ttft_ms": at["p99_ttft_ms"] if at else None,
         "p99_itl_ms": at["p99_itl_ms"] if at else None,
@@ -159,9 +171,15 @@ def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str
         "repeats": len(values) if t.number in again else None,
         "changed": "(baseline)" if t.user_attrs.get("strategy") == "baseline" else changed(space.clean(t.params), dict(space.baseline or {})),
         "startup_s": startup_text(t.user_attrs.get("phases", {})),
-        "gpu_power": _power(t, peak_c),
+        "gpu_power": gpu_text(top_gpu),  # at the highest level measured, gpu_at
+        "gpu_at": top_gpu["concurrency"] if top_gpu else None,
+        "gpu_limit_w": top_gpu.get("power_limit_w") if top_gpu else None,
         "host": t.user_attrs.get("host", ""),
     })
+    gpu_by_level = {g["concurrency"]: g for g in t.user_attrs.get("gpu", [])}
+    for c in space.load_test.concurrency:
+        rec[f"gpu_w@{c}"] = gpu_by_level.get(c, {}).get("power_w")
+        rec[f"gpu_util@{c}"] = gpu_by_level.get(c, {}).get("utilization_pct")
     return rec
 
 
@@ -281,7 +299,7 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
     ladder = list(space_of(study).load_test.concurrency)
     grid = Table(title=f"study {study.study_name}", show_lines=False)
     columns = ["#", "trial", "outcome", "tok/s", "@", *[f"{c}" for c in ladder], "mean±spread",
-               "p99 TTFT", "p99 ITL", "changed from baseline", "startup s", "power", "host"]
+               "p99 TTFT", "p99 ITL", "changed from baseline", "startup s", "GPU at top level", "host"]
     for name in columns:
         grid.add_column(name, overflow="fold")
     for r in data["trials"]:
@@ -289,7 +307,8 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
                   if r["mean_tok_s"] is not None else "")
         grid.add_row(str(r["rank"]), str(r["trial"]), r["outcome"], _fmt(r["peak_tok_s"]), _fmt(r["at_concurrency"]),
                      *[_fmt(r[f"tok_s@{c}"]) for c in ladder], spread, _fmt(r["p99_ttft_ms"]),
-                     _fmt(r["p99_itl_ms"], 1), r["changed"], r["startup_s"], r["gpu_power"], r["host"])
+                     _fmt(r["p99_itl_ms"], 1), r["changed"], r["startup_s"],
+                     f"{r['gpu_power']} @{r['gpu_at']}" if r["gpu_power"] else "", r["host"])
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=False, no_color=True)
     console.print(grid)
@@ -380,8 +399,7 @@ def trial_text(study: optuna.Study, number: int, width: int = 160) -> str:
                          _fmt(lv["p99_ttft_ms"]), _fmt(lv["p99_itl_ms"], 1), str(sum(lv.get("errors", {}).values())))
         console.print(grid)
     for g in d["gpu"]:
-        console.print(f"GPU at {g['concurrency']}: {g['power_w']:.0f}/{g['power_limit_w']:.0f} W, "
-                      f"{g['utilization_pct']:.0f}% busy")
+        console.print(f"GPU at {g['concurrency']}: {gpu_text(g) or 'no power reported'}")
     if d["remeasured"]:
         console.print("re-measured: " + ", ".join(f"{v:,.0f}" for v in d["remeasured"]) + " tok/s")
     console.print("artifacts:")

@@ -16,7 +16,7 @@ Overnight safety comes from three rules:
 - Ctrl-C / SIGTERM tear the running trials down and record them as infrastructure faults,
   re-enqueued, so running the same command again continues;
 - an infrastructure fault is never blamed on the config, but the same config failing that way
-  `MAX_INFRA_RETRIES` times in one run stops the study with the host's message.
+  `MAX_INFRA_RETRIES` times in a row on one host in one run stops the study with the host's message.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import signal
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from search.strategy import Strategy
 from search.trial import TrialResult, run_trial
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
-MAX_INFRA_RETRIES = 3  # consecutive infrastructure faults of one config in one run before the study stops
+MAX_INFRA_RETRIES = 3  # consecutive infrastructure faults of one config on one host in one run before the study stops
 TOP_K = 3  # configs re-measured at the end
 SPACE_ATTR = "space"  # study user attr: the space as data, so views and export need no file
 REMEASURED_ATTR = "remeasured"  # study user attr: {trial number: [objective per repeat]}
@@ -289,7 +290,7 @@ class StudyRun:
                 raise BadInput("a study needs a host or a runner to run its trials on")
             self.runner = InProcessRunner([self.host], self.hosts or None)
         self._began = time.monotonic()
-        self._infra_streak: dict[str, int] = {}
+        self._infra_streak: dict[str, Counter[str]] = {}  # config -> host -> faults in a row
         self._running: dict[str, _Running] = {}  # by marker
 
     # -- public ---------------------------------------------------------------------------
@@ -473,12 +474,20 @@ class StudyRun:
                            answers_differ=bool(result.answers_differ), failure=failure)
 
     def _count_infra(self, config: Mapping[str, Any], number: int, result: TrialResult) -> None:
-        key = _key(config)
-        self._infra_streak[key] = self._infra_streak.get(key, 0) + 1
+        """Stop the study when one config keeps failing on one host.
+
+        Counted per host: a retried config goes to the next host still available, so a row of
+        dead hosts (each then marked unavailable and skipped) must not stop a study that healthy
+        hosts can carry on; when no host is left, the driver stops it anyway.
+        """
+        host = self.study.get_trials(deepcopy=False)[number].user_attrs.get("host", "")
+        faults = self._infra_streak.setdefault(_key(config), Counter())
+        faults[host] += 1
         message = result.failure.message if result.failure else "infrastructure fault"
-        if self._infra_streak[key] >= MAX_INFRA_RETRIES:
+        if faults[host] >= MAX_INFRA_RETRIES:
             raise RunFailed(f"study {self.name!r} stopped: trial {number}'s config hit {MAX_INFRA_RETRIES} infrastructure "
-                            f"faults in a row (last: {message}); fix the host, then run the same command to continue")
+                            f"faults in a row on host {host or '?'} (last: {message}); fix the host, then run the same "
+                            "command to continue")
         self.listener.note(f"trial {number}: infrastructure fault, will retry the same config: {message}")
 
     # -- the end ------------------------------------------------------------------------------

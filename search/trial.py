@@ -98,7 +98,7 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
 
     The server is torn down whatever happens, KeyboardInterrupt included (then re-raised).
     """
-    profile = render(space, dict(config))
+    profile = host.adapt(render(space, dict(config)))
     artifacts = TrialArtifacts(trial_dir, profile.secret_env)
     artifacts.write_profile(profile)
     result = TrialResult(outcome="infrastructure", artifacts=trial_dir, marker=marker)
@@ -132,11 +132,16 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
 
 def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResult, artifacts: TrialArtifacts,
              on_level: OnLevel | None, baseline_answers: list[str] | None) -> None:
-    """Correctness prompts, then the ladder under GPU telemetry; fills ``result``."""
+    """Correctness prompts, then the ladder under GPU telemetry; fills ``result``.
+
+    Requests go to the server's URL as its host reaches it (an SSH host's address), not the
+    profile's ``--host``, which for ``0.0.0.0`` names this machine.
+    """
     watch = result.startup.watch
+    url = watch.handle.url
     spec = ladder_spec(space)
     try:
-        result.answers = correctness.collect_answers(profile.url, spec.api)
+        result.answers = correctness.collect_answers(url, spec.api)
     except RunFailed as exc:
         _crashed(result, watch.abort_reason() or str(exc))
         return
@@ -144,7 +149,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResu
     if baseline_answers is not None:
         result.answers_differ = bool(correctness.compare(baseline_answers, result.answers))
     with _LevelTelemetry(host, profile, result.gpu) as telemetry, _HealthCheck(watch) as health:
-        ladder = run_ladder(profile.url, spec, on_level=telemetry.wrap(on_level), should_abort=health.reason)
+        ladder = run_ladder(url, spec, on_level=telemetry.wrap(on_level), should_abort=health.reason)
     health.raise_fault()
     artifacts.write_json("loadtest.json", ladder.to_dict())
     result.levels = ladder.levels
@@ -167,21 +172,22 @@ class _HealthCheck(Background):
     SSH host one check is an SFTP read and remote commands, long enough to starve the load
     generator and halve what it measures. So the check runs here and the ladder reads its latest
     verdict. A host fault during a check stops the ladder and is raised after it (the trial is
-    then an infrastructure fault, not the config's).
+    then an infrastructure fault, not the config's). So is any other error: a thread that died
+    quietly would leave the ladder measuring a server nobody watches.
     """
 
     def __init__(self, watch: Watch) -> None:
         self._watch = watch
         self._reason: str | None = None
-        self._fault: RunFailed | None = None
+        self._fault: Exception | None = None
         super().__init__("server-health")
 
     def _run(self) -> None:
         while self._reason is None and not self._stop.wait(HEALTH_POLL_S):
             try:
                 self._reason = self._watch.abort_reason()
-            except RunFailed as exc:  # InfrastructureFault included: the host, not the server
-                self._fault, self._reason = exc, str(exc)
+            except Exception as exc:  # noqa: BLE001 - raised on the trial's thread by raise_fault
+                self._fault, self._reason = exc, str(exc) or type(exc).__name__
 
     def reason(self) -> str | None:
         """Why the server can no longer be measured, as of the last check; None while it is fine."""

@@ -25,8 +25,9 @@ def check(
 ) -> None:
     """Connect; report SGLang's version (its flag manifest built live), the GPUs and whether they are free.
 
-    Exits 1 when a GPU the host is configured to use is busy or missing, 2 on a bad hosts file
-    or host key, 1 when the host cannot be reached.
+    Exits 1 when a GPU the host is configured to use is busy or missing, or the GPU query fails
+    (set ``nvidia_smi: null`` for a host without GPU checks), 2 on a bad hosts file or host key,
+    1 when the host cannot be reached.
     """
     config = load_hosts(hosts).get(name)
     host = SSHHost(config, accept_new_host_key=accept_new_host_key)
@@ -41,9 +42,12 @@ def check(
 
 
 def report_gpus(config: HostConfig, samples: list[GpuSample] | None) -> None:
-    """Print the GPU table and verdict; RunFailed when a GPU the host should use is busy or missing."""
+    """Print the GPU table and verdict; RunFailed when a GPU the host should use is busy or missing.
+
+    ``samples`` is None only when the hosts file turned GPU checks off (``nvidia_smi: null``).
+    """
     if samples is None:
-        typer.echo(f"GPUs: unknown ({config.nvidia_smi[0]} not found there; set nvidia_smi in the hosts file)")
+        typer.echo("GPUs: not checked (nvidia_smi: null in the hosts file)")
         return
     typer.echo(_table(samples))
     wanted = config.gpus if config.gpus is not None else [s.index for s in samples]

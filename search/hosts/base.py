@@ -62,6 +62,10 @@ class Host(Protocol):
 
     name: str
 
+    def adapt(self, profile: LaunchProfile) -> LaunchProfile:
+        """``profile`` as this host runs it (an SSH host's ``server_port``): what the trial starts and records."""
+        ...
+
     def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> ServerHandle:
         """Launch ``profile`` with ``marker`` in its environment, its output going to ``log_path``."""
         ...

@@ -30,6 +30,8 @@ class HostConfig(BaseModel):
     ``python`` is the interpreter that has SGLang installed there: it launches the server and
     builds the flag manifest live. ``env`` is set for every remote command (e.g. an emulated
     host's ``SEARCH_EMULATOR_STATE_DIR``), so ``nvidia_smi`` and the server see the same state.
+    ``nvidia_smi: null`` turns the GPU checks off (a machine without NVIDIA GPUs): only then may
+    the GPUs' state be unknown; a command that fails is an error, never a GPU taken as free.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,8 +45,8 @@ class HostConfig(BaseModel):
     python: str = "python3"
     work_dir: str = "search-work"  # relative paths are under the remote user's home
     gpus: list[int] | None = None  # None: whatever the profile asks for (CUDA_VISIBLE_DEVICES or 0..tp-1)
-    server_port: int = Field(30000, ge=1, le=65535)
-    nvidia_smi: Command = ["nvidia-smi"]
+    server_port: int | None = Field(None, ge=1, le=65535)  # None: the space's launch.port
+    nvidia_smi: Command | None = ["nvidia-smi"]  # None: no GPU checks and no telemetry there
     env: dict[str, str] = {}
     emulate: bool = False  # run `python -m search.emulator` with the profile's flags instead of SGLang
     connect_timeout: float = Field(10.0, gt=0)

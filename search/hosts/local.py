@@ -249,6 +249,10 @@ class LocalHost:
             env[MARKER_ENV] = marker
         return env
 
+    def adapt(self, profile: LaunchProfile) -> LaunchProfile:
+        """The space's profile unchanged: this machine has no settings of its own."""
+        return profile
+
     def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> LocalServer:
         """Start ``profile`` in a new session with its output (stdout and stderr) in ``log_path``."""
         env = self._environment(profile, marker)

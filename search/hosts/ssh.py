@@ -11,6 +11,7 @@ marked unavailable, and a trial whose remote state is gone is an InfrastructureF
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import select
@@ -138,6 +139,7 @@ class SSHHost:
         self._sftp: paramiko.SFTPClient | None = None
         self._work_dir: str | None = None
         self._lock = threading.RLock()
+        self._unstopped: set[str] = set()  # markers whose stop broke off (host lost): swept before the next trial
 
     # ------------------------------------------------------------------ connection
 
@@ -210,14 +212,23 @@ class SSHHost:
             self._client.close()
         self._client = self._sftp = None
 
-    def _retrying(self, action: Callable[[paramiko.SSHClient], T]) -> T:
-        """Run an idempotent ``action``; after a dropped connection, reconnect and run it once more."""
-        try:
-            return action(self._connected())
-        except _CONNECTION_ERRORS:
-            with self._lock:
-                self._drop()
-            return action(self._connected())
+    def _retrying(self, action: Callable[[paramiko.SSHClient], T], *, retry: bool = True) -> T:
+        """Run ``action`` over the connection; after a drop, reconnect and (``retry``: it is idempotent) run it again.
+
+        The one place a connection error becomes an InfrastructureFault: callers (the trial's
+        finally, the health thread, the study) handle host faults, never paramiko's exceptions.
+        """
+        error: Exception | None = None
+        for _ in range(2 if retry else 1):
+            try:
+                return action(self._connected())
+            except _CONNECTION_ERRORS as exc:
+                error = exc
+                with self._lock:
+                    self._drop()
+        again = " (also after reconnecting)" if retry else ""
+        raise InfrastructureFault(f"host {self.config.target}: {type(error).__name__} over SSH{again}: {error}; "
+                                  "check the host and its network")
 
     def close(self) -> None:
         """Close the connection (a later call reconnects)."""
@@ -259,7 +270,10 @@ class SSHHost:
                         f"host {self.name}: `{command[:80]}` did not finish within {timeout:g} s; check the host"
                     )
                 select.select([channel], [], [], min(left, 1.0))
-            return channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
+            status = channel.recv_exit_status()
+            if status == -1:  # paramiko's "none sent": the connection dropped, or a signal killed the command there
+                raise paramiko.SSHException("the command's channel closed without an exit status")
+            return status, out.decode(errors="replace"), err.decode(errors="replace")
         finally:
             channel.close()
 
@@ -273,9 +287,7 @@ class SSHHost:
         """
         command = command_line(argv, {**self.config.env, **(env or {})})
         data = stdin.encode()
-        if retry:
-            return self._retrying(lambda client: self._exec(client, command, data, timeout))
-        return self._exec(self._connected(), command, data, timeout)
+        return self._retrying(lambda client: self._exec(client, command, data, timeout), retry=retry)
 
     def run(self, argv: Sequence[str], stdin: str = "", *, timeout: float = _COMMAND_TIMEOUT_S) -> str:
         """stdout of ``argv`` there; RunFailed quoting stderr's last line on a non-zero exit.
@@ -297,14 +309,35 @@ class SSHHost:
 
     # ------------------------------------------------------------------ Host protocol
 
+    def adapt(self, profile: LaunchProfile) -> LaunchProfile:
+        """``profile`` listening on the hosts file's ``server_port`` when it sets one."""
+        port = self.config.server_port
+        if port is None or port == profile.port:
+            return profile
+        args = list(profile.args)
+        if "--port" in args:
+            args[args.index("--port") + 1] = str(port)
+        else:
+            args += ["--port", str(port)]
+        return dataclasses.replace(profile, args=args, port=port)
+
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
-        """The configured ``nvidia_smi`` query (with a trial's ``env`` too); None where that command does not exist."""
-        status, out, err = self.execute(gpu.query_argv(self.config.nvidia_smi), env=env, timeout=30)
-        if status == 127:
+        """The configured ``nvidia_smi`` query (with a trial's ``env`` too); None only under ``nvidia_smi: null``.
+
+        A command that is missing or fails is an InfrastructureFault: taking unknown GPUs as free
+        would start trials on GPUs someone else holds.
+        """
+        command = self.config.nvidia_smi
+        if command is None:
             return None
+        status, out, err = self.execute(gpu.query_argv(command), env=env, timeout=30)
         if status != 0:
+            what = "not found there" if status == 127 else f"exited {status}"
             last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
-            raise InfrastructureFault(f"host {self.name}: {self.config.nvidia_smi[0]} failed ({status}): {last}")
+            raise InfrastructureFault(
+                f"host {self.name}: GPU query `{shlex.join(command)}` {what} ({last}); set nvidia_smi in the hosts "
+                "file to the command answering nvidia-smi's query there, or nvidia_smi: null to run without GPU checks"
+            )
         return gpu.parse(out)
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
@@ -324,7 +357,14 @@ class SSHHost:
         return found
 
     def ensure_clean(self, profile: LaunchProfile, *, timeout: float) -> None:
-        """Wait up to ``timeout`` s for the profile's port and GPUs; InfrastructureFault naming holders."""
+        """Wait up to ``timeout`` s for the profile's port and GPUs; InfrastructureFault naming holders.
+
+        A server whose stop broke off with the connection is killed by its marker first: it is
+        ours, and it would hold the port and GPUs for good.
+        """
+        for marker in sorted(self._unstopped):
+            self.kill_marker(marker)
+            self._unstopped.discard(marker)
         deadline = time.monotonic() + timeout
         while (held := self.held(profile)) and time.monotonic() < deadline:
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
@@ -367,7 +407,7 @@ class SSHHost:
         self.run(["mkdir", "-p", "--", run_dir])
         try:
             status, out, err = self.execute(argv, stdin=secrets, retry=False, timeout=30)
-        except (InfrastructureFault, *_CONNECTION_ERRORS) as exc:
+        except InfrastructureFault as exc:
             # Did it start before the connection broke? Leave nothing behind either way.
             self.kill_marker(marker)
             raise InfrastructureFault(f"host {self.name}: the connection broke while starting trial {marker}: {exc}") from None
@@ -388,21 +428,28 @@ class SSHHost:
         return [*launcher, *profile.args]
 
     def fetch_dir(self, remote_dir: str, local_dir: Path, skip: Sequence[str] = ()) -> list[Path]:
-        """Copy the regular files of ``remote_dir`` (recursively) into ``local_dir``."""
-        copied = []
-        sftp = self.sftp()
-        for entry in sftp.listdir_attr(remote_dir):
-            if entry.filename in skip:
-                continue
-            remote = f"{remote_dir}/{entry.filename}"
-            local = local_dir / entry.filename
-            if stat.S_ISDIR(entry.st_mode or 0):
-                copied.extend(self.fetch_dir(remote, local))
-            elif stat.S_ISREG(entry.st_mode or 0):
-                local_dir.mkdir(parents=True, exist_ok=True)
-                sftp.get(remote, str(local))
-                copied.append(local)
-        return copied
+        """Copy the regular files of ``remote_dir`` (recursively) into ``local_dir``.
+
+        A connection dropped mid-copy reconnects and copies everything again (each file is
+        rewritten whole), so a trial's results survive a blip during teardown.
+        """
+        return self._retrying(lambda _client: _copy_tree(self.sftp(), remote_dir, local_dir, skip))
+
+
+def _copy_tree(sftp: paramiko.SFTPClient, remote_dir: str, local_dir: Path, skip: Sequence[str] = ()) -> list[Path]:
+    copied = []
+    for entry in sftp.listdir_attr(remote_dir):
+        if entry.filename in skip:
+            continue
+        remote = f"{remote_dir}/{entry.filename}"
+        local = local_dir / entry.filename
+        if stat.S_ISDIR(entry.st_mode or 0):
+            copied.extend(_copy_tree(sftp, remote, local))
+        elif stat.S_ISREG(entry.st_mode or 0):
+            local_dir.mkdir(parents=True, exist_ok=True)
+            sftp.get(remote, str(local))
+            copied.append(local)
+    return copied
 
 
 def _wait(done: Callable[[], bool], timeout: float, failure: str) -> None:
@@ -498,6 +545,7 @@ class SSHServer:
         """
         self._stopping = True
         host = self.host
+        host._unstopped.add(self.marker)
         if host._procs(self.pgid, self.marker, 15):
             deadline = time.monotonic() + grace
             while host._procs(self.pgid, self.marker, 0) and time.monotonic() < deadline:
@@ -505,6 +553,7 @@ class SSHServer:
         if host._procs(self.pgid, self.marker, 9):
             _wait(lambda: host._procs(self.pgid, self.marker, 0) == 0, _KILL_WAIT_S,
                   f"host {host.name}: processes of trial {self.marker} survived SIGKILL; check the host by hand")
+        host._unstopped.discard(self.marker)
         self._pull()
         host.fetch_dir(self.run_dir, self.log_path.parent, skip=("server.log",))
         host.ensure_clean(self.profile, timeout=_RELEASE_WAIT_S)

@@ -45,6 +45,13 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _exe(pid: int) -> str | None:
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe", strict=True)
+    except OSError:
+        return None
+
+
 @dataclass
 class Sshd:
     """The running server and everything a client needs to reach it."""
@@ -55,6 +62,7 @@ class Sshd:
     known_hosts: Path  # holds the server's key
     host_key_line: str
     process: subprocess.Popen[bytes] | None = None
+    settings: str = ""  # sshd_config lines in place of the default "MaxSessions 64"
 
     def start(self) -> None:
         """Start (or restart, same port and keys) and wait until it speaks SSH."""
@@ -76,6 +84,35 @@ class Sshd:
                 time.sleep(0.05)
         raise RuntimeError("sshd did not answer within 10 s")
 
+    def restart(self, settings: str = "") -> None:
+        """Restart (cutting every session) with ``settings`` (see :func:`start_sshd`)."""
+        self.stop()
+        self.configure(settings)
+        self.start()
+
+    def configure(self, settings: str = "") -> None:
+        """Write sshd_config: keys only, loopback only, this server's files, then ``settings``."""
+        root = self.dir
+        self.settings = settings
+        (root / "sshd_config").write_text(
+            f"""Port {self.port}
+ListenAddress 127.0.0.1
+HostKey {root / 'host_key'}
+PidFile {root / 'sshd.pid'}
+AuthorizedKeysFile {root / 'authorized_keys'}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+MaxStartups 64
+LogLevel ERROR
+{settings or "MaxSessions 64"}
+"""
+        )
+
     def stop(self) -> None:
         """Stop the listener and every session it serves (by pid: only what this fixture started)."""
         if self.process is None:
@@ -86,9 +123,14 @@ class Sshd:
         self.process = None
 
     def cut_sessions(self) -> int:
-        """Kill the sshd processes serving open connections, as a dropped network would."""
+        """Kill the sshd processes serving open connections, as a dropped network would.
+
+        Only sshd's own processes: the remote commands they ran are left to finish, as after a
+        real drop (killing them too could leave their side effects half done, e.g. a lock file
+        of the login shell's startup scripts that stalls every later command).
+        """
         assert self.process is not None
-        pids = _descendants(self.process.pid)
+        pids = [pid for pid in _descendants(self.process.pid) if _exe(pid) == os.path.realpath(SSHD)]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -97,7 +139,11 @@ class Sshd:
         return len(pids)
 
     def host(self, name: str = "loop", known_hosts: Path | None = None, **fields: object) -> HostConfig:
-        """A hosts.yaml entry for this server; the remote Python is this interpreter."""
+        """A hosts.yaml entry for this server; the remote Python is this interpreter.
+
+        GPU checks are off (``nvidia_smi: null``: this machine has no nvidia-smi) unless a test
+        names a command, such as the emulator's stand-in.
+        """
         values: dict[str, object] = {
             "name": name,
             "address": "127.0.0.1",
@@ -110,6 +156,7 @@ class Sshd:
             "connect_timeout": 5,
             "reconnect_attempts": 3,
             "reconnect_delay": 0.2,
+            "nvidia_smi": None,
         }
         values.update(fields)
         return HostConfig.model_validate(values)
@@ -119,8 +166,12 @@ def _keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "search-test", "-f", str(path)], check=True)
 
 
-def start_sshd(root: Path) -> Sshd:
-    """Generate keys and config under ``root`` and start sshd on a free loopback port (root only)."""
+def start_sshd(root: Path, settings: str = "") -> Sshd:
+    """Generate keys and config under ``root`` and start sshd on a free loopback port (root only).
+
+    ``settings``: sshd_config lines replacing ``MaxSessions 64`` (e.g. ``MaxSessions 0``: logins
+    succeed, every command and SFTP session is refused, as on a host whose sshd is failing).
+    """
     if os.geteuid() != 0 or not Path(SSHD).exists():
         raise RuntimeError("a test sshd needs root and OpenSSH's sshd (apt-get install -y openssh-server)")
     root.mkdir(parents=True, exist_ok=True)
@@ -129,28 +180,11 @@ def start_sshd(root: Path) -> Sshd:
     _keygen(root / "user_key")
     shutil.copy(root / "user_key.pub", root / "authorized_keys")
     port = free_port()
-    (root / "sshd_config").write_text(
-        f"""Port {port}
-ListenAddress 127.0.0.1
-HostKey {root / 'host_key'}
-PidFile {root / 'sshd.pid'}
-AuthorizedKeysFile {root / 'authorized_keys'}
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-UsePAM no
-StrictModes no
-Subsystem sftp internal-sftp
-MaxSessions 64
-MaxStartups 64
-LogLevel ERROR
-"""
-    )
     host_key = (root / "host_key.pub").read_text().split()
     line = f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}"
     (root / "known_hosts").write_text(line + "\n")
     server = Sshd(dir=root, port=port, user_key=root / "user_key", known_hosts=root / "known_hosts", host_key_line=line)
+    server.configure(settings)
     server.start()
     return server
 
@@ -169,7 +203,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 
 @pytest.fixture
 def live_sshd(sshd: Sshd) -> Iterator[Sshd]:
-    """The session's server, restarted after the test if the test stopped it."""
+    """The session's server, restarted as it was after the test if the test stopped or reconfigured it."""
     yield sshd
-    if sshd.process is None:
-        sshd.start()
+    if sshd.process is None or sshd.settings:
+        sshd.restart()

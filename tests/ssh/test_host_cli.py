@@ -13,7 +13,6 @@ from search import gpu
 from search.cli import main
 from search.cli.host import report_gpus
 from search.errors import RunFailed
-from search.hosts.ssh import SSHHost
 
 if TYPE_CHECKING:
     from conftest import Sshd
@@ -70,7 +69,18 @@ def test_busy_or_unknown_gpus(sshd: Sshd, capsys: pytest.CaptureFixture[str]) ->
         report_gpus(config, loaded)
     assert "100 %" in capsys.readouterr().out
     report_gpus(config, None)
-    assert "GPUs: unknown (nvidia-smi not found there" in capsys.readouterr().out
-    host = SSHHost(sshd.host(nvidia_smi="no-such-nvidia-smi"))
-    assert host.gpu_samples() is None  # exit status 127 there: unknown, not an error
-    host.close()
+    assert "GPUs: not checked (nvidia_smi: null in the hosts file)" in capsys.readouterr().out
+
+
+def test_a_missing_gpu_command_is_an_error_unless_gpu_checks_are_off(
+    sshd: Sshd, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = _check(sshd, tmp_path, capsys, nvidia_smi="nvidia-smi-typo --flag")
+    assert typo.returncode == 1 and typo.stderr.count("\n") == 1, typo
+    assert "GPU query `nvidia-smi-typo --flag` not found there" in typo.stderr
+    assert "set nvidia_smi in the hosts file" in typo.stderr and "nvidia_smi: null" in typo.stderr
+    assert "GPUs" not in typo.stdout  # never reported free
+
+    off = _check(sshd, tmp_path, capsys, nvidia_smi=None)
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.rstrip().endswith("GPUs: not checked (nvidia_smi: null in the hosts file)")

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,70 @@ def test_profile_values_and_secrets_reach_the_server_literally(sshd: Sshd, tmp_p
     with pytest.raises(BadInput, match="secret NOT_SET_ANYWHERE named by the space is not set here"):
         host.start(Profile(args=[], port=1, secret_env=["NOT_SET_ANYWHERE"]), marker="trial-6", log_path=tmp_path / "x")
     host.close()
+
+
+def test_a_missing_gpu_command_faults_the_trial_at_once(sshd: Sshd) -> None:
+    host = SSHHost(sshd.host(nvidia_smi="nvidia-smi-typo"))
+    with pytest.raises(InfrastructureFault, match=r"GPU query `nvidia-smi-typo` not found there .*nvidia_smi: null"):
+        host.ensure_clean(_profile(), timeout=60)  # not a wait for GPUs that can never be seen
+    assert SSHHost(sshd.host(nvidia_smi=None)).gpu_samples() is None  # checks turned off on purpose
+    host.close()
+
+
+def test_every_connection_error_after_the_retry_is_an_infrastructure_fault(tmp_path: Path) -> None:
+    from tests.ssh.conftest import start_sshd
+
+    failing = start_sshd(tmp_path / "sshd", "MaxSessions 0")  # logins work, every command and SFTP session is refused
+    host = SSHHost(failing.host())
+    try:
+        for action in (lambda: host.run(["true"]), lambda: host.fetch_dir(str(tmp_path), tmp_path / "copy"),
+                       lambda: host.execute(["true"], retry=False)):
+            with pytest.raises(InfrastructureFault, match=r"host loop \(root@127\.0\.0\.1:\d+\): ChannelException over SSH"):
+                action()
+        assert host.available  # it answers: not marked down, the fault is the trial's to retry
+    finally:
+        host.close()
+        failing.stop()
+
+
+# A stand-in server with a result big enough that copying it back takes a while.
+_BIG_RESULT_SERVER = """
+import os, time
+with open("results.bin", "wb") as out:
+    out.write(os.urandom(64 << 20))
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+# paramiko's SFTP prefetch thread dies with the connection (EOFError, unhandled there); the copy itself
+# raises on this thread, which is what the test is about.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_connection_cut_while_stop_copies_the_results_copies_them_again(live_sshd: Sshd, tmp_path: Path) -> None:
+    host = SSHHost(live_sshd.host())
+    handle = host.start(Profile(args=[], port=free_port(), launcher=["python3", "-c", _BIG_RESULT_SERVER]),
+                        marker="trial-8", log_path=tmp_path / "trial" / "server.log")
+    copy = tmp_path / "trial" / "results.bin"
+    cut_at: list[int] = []
+    done = threading.Event()
+
+    def cut_mid_copy() -> None:  # as soon as the copy has begun: the network drops
+        while not cut_at and not done.is_set():
+            if copy.exists() and copy.stat().st_size:
+                cut_at.append(copy.stat().st_size)
+                live_sshd.cut_sessions()
+            time.sleep(0.001)
+
+    cutter = threading.Thread(target=cut_mid_copy, daemon=True)
+    try:
+        _follow_until(handle, "written")
+        cutter.start()
+        handle.stop(grace=2)
+    finally:
+        done.set()
+        host.close()
+    remote = Path(host.work_dir()) / "trial-8" / "results.bin"
+    assert cut_at and cut_at[0] < remote.stat().st_size  # the cut came mid-copy
+    assert copy.read_bytes() == remote.read_bytes()  # copied again, whole
+    assert (tmp_path / "trial" / "exit-status").read_text() == "143\n"
+    assert _marked("trial-8") == []

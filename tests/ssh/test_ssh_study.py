@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +20,17 @@ from typing import TYPE_CHECKING
 import optuna
 import pytest
 import yaml
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
+from search import trial as trial_module
+from search.emulator import gpu_state
 from search.hosts.config import HostConfig
 from search.hosts.ssh import SSHHost
+from search.loadtest import LevelResult
 from search.logwatch import Event
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import marker_pids, write_space
+from tests.helpers import free_port, marker_pids, write_space
 
 if TYPE_CHECKING:
     from conftest import Sshd
@@ -49,9 +53,9 @@ def _space(root: Path) -> tuple[Path, dict[str, str]]:
     return path, env
 
 
-def _emulated(sshd: Sshd, env: dict[str, str], name: str = "loop") -> HostConfig:
+def _emulated(sshd: Sshd, env: dict[str, str], name: str = "loop", **fields: object) -> HostConfig:
     return sshd.host(name=name, emulate=True, env=env, gpus=[1],
-                     nvidia_smi=f"{sys.executable} -m search.emulator.nvidia_smi")
+                     nvidia_smi=f"{sys.executable} -m search.emulator.nvidia_smi", **fields)
 
 
 def _hosts_file(path: Path, *hosts: HostConfig) -> Path:
@@ -72,9 +76,11 @@ def _study(root: Path, name: str) -> optuna.Study:
 
 def test_a_whole_study_runs_over_ssh_with_gpu_telemetry_and_artifacts(sshd: Sshd, tmp_path: Path) -> None:
     space, env = _space(tmp_path)
-    hosts = _hosts_file(tmp_path / "hosts.yaml", _emulated(sshd, env))
-    _search(tmp_path, "study", "run", str(space), "--study", "ssh", "--hosts", str(hosts), "--n-trials", "2",
-            "--remeasure", "0", "--seed", "0", "--start-from", UNCAPPED)
+    server_port = free_port()  # the hosts file's port wins over the space's, which something else holds
+    hosts = _hosts_file(tmp_path / "hosts.yaml", _emulated(sshd, env, server_port=server_port))
+    with socket.create_server(("127.0.0.1", yaml.safe_load(space.read_text())["launch"]["port"])):
+        _search(tmp_path, "study", "run", str(space), "--study", "ssh", "--hosts", str(hosts), "--n-trials", "2",
+                "--remeasure", "0", "--seed", "0", "--start-from", UNCAPPED)
 
     study = _study(tmp_path, "ssh")
     base, win = study.trials
@@ -93,6 +99,8 @@ def test_a_whole_study_runs_over_ssh_with_gpu_telemetry_and_artifacts(sshd: Sshd
         assert (artifacts / "exit-status").read_text() == (remote / "exit-status").read_text()  # copied back
         assert json.loads((artifacts / "result.json").read_text())["gpu"] == gpu
         assert [lv["max_concurrency"] for lv in json.loads((artifacts / "loadtest.json").read_text())["levels"]] == [4, 16]
+        profile = json.loads((artifacts / "profile.json").read_text())  # as the host ran it
+        assert profile["port"] == server_port and profile["args"][profile["args"].index("--port") + 1] == str(server_port)
     # The emulated GPU reads 100 * running / (running + 8) %: at most 67% with 16 requests, so averaged with
     # the idle GPU 0 the record could never pass 33.5%; above that, only GPU 1 was counted.
     top = win.user_attrs["gpu"][1]
@@ -157,3 +165,86 @@ def test_a_host_that_stays_down_is_skipped_and_the_study_goes_on(sshd: Sshd, tmp
     assert "unreachable after 3 attempts" in down.user_attrs["failure"]["message"]
     assert up.user_attrs["host"] == "up" and up.state == TrialState.COMPLETE
     assert up.user_attrs["retry_of"] == down.number and up.params == down.params
+
+
+def test_sessions_refused_during_the_load_test_fault_the_trial_which_is_retried(
+        live_sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection drops mid-ladder and every command fails even after reconnecting (logins work,
+    sessions are refused): the health check, the teardown and the copy-back all meet it."""
+    monkeypatch.chdir(tmp_path)
+    space_path, env = _space(tmp_path)
+    host = SSHHost(_emulated(live_sshd, env, reconnect_attempts=5))
+    failing: list[int] = []
+
+    def level(number: int, result: LevelResult) -> None:
+        if not failing:  # after the first level
+            failing.append(number)
+            live_sshd.restart("MaxSessions 0")
+
+    def trial_done(frozen: FrozenTrial) -> None:
+        if failing and frozen.number == failing[0]:
+            live_sshd.restart()  # the host is back for the retry
+
+    study_run = StudyRun(space=load_space(space_path), name="refused", host=host, storage=STORAGE, seed=0,
+                         n_trials=1, remeasure=0, listener=Listener(level=level, trial_done=trial_done))
+    try:
+        study = study_run.run()
+    finally:
+        host.close()
+
+    lost, again = study.trials
+    assert lost.number == failing[0] and lost.state == TrialState.FAIL and not lost.constraints
+    assert "ChannelException over SSH (also after reconnecting)" in lost.user_attrs["failure"]["message"]
+    result = json.loads((Path(lost.user_attrs["artifacts"]) / "result.json").read_text())  # still written
+    assert "ChannelException over SSH" in result["teardown"]  # the stop could not finish either
+    assert again.state == TrialState.COMPLETE and again.user_attrs["retry_of"] == lost.number
+    assert again.params == lost.params
+    # What the broken stop left running was swept by the retry's ensure_clean on the same host.
+    assert marker_pids(lost.user_attrs["marker"]) == [] and marker_pids(again.user_attrs["marker"]) == []
+
+
+def test_a_row_of_dead_hosts_does_not_stop_a_study_a_live_host_can_carry(sshd: Sshd, tmp_path: Path) -> None:
+    space, env = _space(tmp_path)
+    dead = [_emulated(sshd, env, name=f"dead{i}", port=free_port()) for i in range(3)]  # nothing listens there
+    hosts = _hosts_file(tmp_path / "hosts.yaml", *dead, _emulated(sshd, env, name="up"))
+    _search(tmp_path, "study", "run", str(space), "--study", "dead", "--hosts", str(hosts), "--n-trials", "1",
+            "--remeasure", "0", "--seed", "0")
+
+    trials = _study(tmp_path, "dead").trials
+    assert [t.user_attrs["host"] for t in trials] == ["dead0", "dead1", "dead2", "up"]
+    for t in trials[:3]:
+        assert t.state == TrialState.FAIL and "unreachable after 3 attempts" in t.user_attrs["failure"]["message"]
+    assert trials[3].state == TrialState.COMPLETE and trials[3].params == trials[0].params
+    assert [t.user_attrs.get("retry_of") for t in trials] == [None, 0, 1, 2]
+
+
+def test_a_gpu_held_on_the_host_is_waited_for_then_the_trial_is_retried(
+        sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trial_module, "CLEAN_TIMEOUT_S", 2.0)
+    space_path, env = _space(tmp_path)
+    state = Path(env["SEARCH_EMULATOR_STATE_DIR"])
+    # Someone else's process on the host's GPU 1, as an emulated rank holds it: the lock and 40 GB.
+    holder = [gpu_state.try_lock(state, 1)]
+    assert holder[0] is not None
+    gpu_state.write(state, gpu_state.GpuState(index=1, pid=os.getpid(), memory_used_mib=40000))
+    host = SSHHost(_emulated(sshd, env))
+
+    def trial_done(frozen: FrozenTrial) -> None:  # the owner lets go after the first fault
+        if holder:
+            os.close(holder.pop())
+
+    study_run = StudyRun(space=load_space(space_path), name="held", host=host, storage=STORAGE, seed=0,
+                         n_trials=1, remeasure=0, listener=Listener(trial_done=trial_done))
+    try:
+        study = study_run.run()
+    finally:
+        host.close()
+        if holder:
+            os.close(holder.pop())
+
+    held, again = study.trials
+    assert held.state == TrialState.FAIL and held.user_attrs["outcome"] == "infrastructure" and not held.constraints
+    assert "host loop is not clean after 2 s: GPU 1: 40000 MiB used" in held.user_attrs["failure"]["message"]
+    assert held.user_attrs["phases"] == {}  # no server was started on a held GPU
+    assert again.state == TrialState.COMPLETE and again.user_attrs["retry_of"] == held.number
