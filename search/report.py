@@ -548,7 +548,7 @@ def _kpis(study: optuna.Study) -> str:
     chips = "".join(f'<span class="chip" style="--c:{OUTCOME_COLOURS.get(k, "#64748b")}">{v} {html.escape(k)}</span>'
                     for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
     later = " · ".join(f"{v} {k}" for k, v in unfinished.items())
-    note = f'<p class="muted" data-unfinished>{later}, not counted yet</p>' if later else ""
+    note = f'<p class="muted" data-unfinished>not counted: {later}</p>' if later else ""
     return (f'<div class="kpis"><div class="kpi"><span>trials finished</span>'
             f'<b>{sum(v for k, v in counts.items() if k != "retries")}</b><div>{chips}</div>{note}</div>'
             f'<div class="kpi"><span>GPU time spent</span><b>{totals["spent_s"] / div:,.1f} {unit}</b></div>'

@@ -167,7 +167,7 @@ def test_the_header_counts_finished_trials_and_names_unfinished_ones_apart(demo:
     study.enqueue_trial(study.trials[0].params)  # waiting
     header = re.search(r'<div class="kpis">.*?</div></div>', report.render(study, storage), re.S).group(0)
     assert f"<span>trials finished</span><b>{finished}</b>" in header
-    assert "1 running · 1 waiting, not counted yet" in header
+    assert "not counted: 1 running · 1 waiting" in header
     assert "waiting</span>" not in header and "running</span>" not in header  # no chip counts them as outcomes
 
 
