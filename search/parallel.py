@@ -12,9 +12,9 @@ The driver stays the only writer to the storage: results, artifacts (shipped bac
 and verdicts all pass through it. A worker or node that dies mid-trial ends that trial as an
 infrastructure fault (the study re-enqueues it); what the dead worker left running on the node
 is killed by the trial marker, and the study goes on with the hosts that remain. Ray notices a
-dead node some seconds after its trial's worker stops answering, so the lost host stays booked
-until its sweep ends (on a dead node, when Ray gives up scheduling it): a new trial is never sent
-to a host that may be gone.
+dead node some seconds after its trial's worker stops answering, so the lost trial's host stays
+booked until the sweep there ends (on a dead node, when Ray gives up scheduling it): the next
+trial is not sent to it meanwhile.
 
 Node settings come from the environment ``ray start`` ran in: :data:`NAME_ENV` names the host
 in the study (default: its hostname), :data:`PORT_ENV` overrides the space's port (only needed
