@@ -11,7 +11,10 @@ pruner stops a running trial's load test and server exactly as it does on one ho
 The driver stays the only writer to the storage: results, artifacts (shipped back as bytes)
 and verdicts all pass through it. A worker or node that dies mid-trial ends that trial as an
 infrastructure fault (the study re-enqueues it); what the dead worker left running on the node
-is killed by the trial marker, and the study goes on with the hosts that remain.
+is killed by the trial marker, and the study goes on with the hosts that remain. Ray notices a
+dead node some seconds after its trial's worker stops answering, so the lost trial's host stays
+booked until the sweep there ends (on a dead node, when Ray gives up scheduling it): the next
+trial is not sent to it meanwhile.
 
 Node settings come from the environment ``ray start`` ran in: :data:`NAME_ENV` names the host
 in the study (default: its hostname), :data:`PORT_ENV` overrides the space's port (only needed
@@ -27,12 +30,13 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from search.errors import BadInput
@@ -48,6 +52,7 @@ PORT_ENV = "SEARCH_HOST_PORT"
 POLL_S = 1.0  # how long a node holds a progress poll open when nothing happens
 SWEEP_TIMEOUT_S = 30.0  # how long the driver waits for a node to kill a lost trial's processes
 GONE_TIMEOUT_S = 10.0  # how long a killed actor gets to die before its node is swept
+VERDICT_TIMEOUT_S = 300.0  # how long a level waits for the driver's verdict before the trial gives up
 
 Message = tuple[str, Any]  # ("placed", (host, node id)) | ("event", Event) | ("level", LevelResult)
 
@@ -64,6 +69,10 @@ def connect(address: str) -> None:
 # --------------------------------------------------------------------------- on the node
 
 
+class _NoVerdict(Exception):
+    """A level waited longer than its bound for the driver's verdict (the driver lost track of the trial)."""
+
+
 class _Agent:
     """A GPU host's agent: runs the trials the driver sends it, one at a time, on its own node.
 
@@ -77,8 +86,14 @@ class _Agent:
         self._verdicts: dict[tuple[str, int], bool] = {}  # (marker, level index) -> keep
         self._changed = threading.Condition()
 
-    def run(self, job: Job, emulate: bool) -> tuple[TrialResult, dict[str, bytes]]:
-        """Run ``job`` here; return its result and its artifact files (relative path -> bytes)."""
+    def run(self, job: Job, emulate: bool, verdict_timeout_s: float = VERDICT_TIMEOUT_S
+            ) -> tuple[TrialResult, dict[str, bytes], list[Message]]:
+        """Run ``job`` here: its result, its artifact files (relative path -> bytes), and the messages
+        no poll took before it ended (so the driver still learns where it ran and how it ended).
+
+        A level that waits ``verdict_timeout_s`` for the driver's verdict ends the trial as an
+        infrastructure fault: a driver that lost track of it must not hold the host forever.
+        """
         marker = job.marker
         with self._changed:
             self._messages[marker] = []
@@ -88,30 +103,37 @@ class _Agent:
             job = dataclasses.replace(job, space=job.space.model_copy(update={"launch": launch}))
         scratch = Path(tempfile.mkdtemp(prefix=f"{marker}-"))
         self._say(marker, ("placed", (host.name, ray.get_runtime_context().get_node_id())))
-        levels = 0
+        levels: list[LevelResult] = []
 
         def on_level(level: LevelResult) -> bool:
-            nonlocal levels
-            step, levels = (marker, levels), levels + 1
+            step = (marker, len(levels))
+            levels.append(level)
             self._say(marker, ("level", level))
             with self._changed:
-                self._changed.wait_for(lambda: step in self._verdicts)
+                if not self._changed.wait_for(lambda: step in self._verdicts, timeout=verdict_timeout_s):
+                    raise _NoVerdict(f"no verdict from the driver on level {step[1]} within {verdict_timeout_s:.0f} s "
+                                     "(it lost track of this trial); not the config's fault")
                 return self._verdicts.pop(step)
 
         try:
-            result = run_job(job, host, on_event=lambda event: self._say(marker, ("event", event)),
-                             on_level=on_level, trial_dir=scratch)
+            try:
+                result = run_job(job, host, on_event=lambda event: self._say(marker, ("event", event)),
+                                 on_level=on_level, trial_dir=scratch)
+            except _NoVerdict as exc:  # run_trial tore the server down on the way out
+                result = TrialResult(outcome="infrastructure", artifacts=scratch, marker=marker, levels=levels,
+                                     failure=Failure("no_verdict", "ready", "", True, str(exc)))
             result.artifacts = job.trial_dir
             files = {str(p.relative_to(scratch)): p.read_bytes() for p in scratch.rglob("*") if p.is_file()}
             files["result.json"] = (json.dumps(result.to_dict(), indent=2) + "\n").encode()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             with self._changed:
-                self._messages.pop(marker, None)
+                unpolled = self._messages.pop(marker, [])
+                self._verdicts = {k: v for k, v in self._verdicts.items() if k[0] != marker}
                 self._changed.notify_all()
         if result.startup is not None:  # the log watcher holds threads; the driver needs only the record
             result.startup = dataclasses.replace(result.startup, watch=None)
-        return result, files
+        return result, files, unpolled
 
     def poll(self, marker: str, timeout: float) -> list[Message]:
         """What trial ``marker`` did since the last poll; waits up to ``timeout`` s for something."""
@@ -141,7 +163,7 @@ _AgentActor = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4,
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _sweep(marker: str) -> int:
+def _sweep_task(marker: str) -> int:
     """Kill what a lost trial left on this node (its worker died; its server did not)."""
     return LocalHost().kill_marker(marker)
 
@@ -162,6 +184,12 @@ class _Remote:
     steps: int = 0
 
 
+@dataclass
+class _Idle:
+    actor: Any  # an _AgentActor whose host is free; it still holds the host's resource
+    node: str | None
+
+
 class RayRunner:
     """Runs a study's jobs on the cluster's ``search_host`` nodes, one per node (a ``search.study.Runner``)."""
 
@@ -170,27 +198,31 @@ class RayRunner:
         self.address = address
         self.emulate = emulate
         self._running: dict[ray.ObjectRef, _Remote] = {}  # by the run ref
-        self._idle: list[Any] = []  # agents whose host is free
+        self._idle: list[_Idle] = []  # agents whose host is free
+        self._sweeps: dict[ray.ObjectRef, float] = {}  # a lost trial's sweep -> when to stop waiting for it
         if self.capacity() == 0:
             ray.shutdown()
             raise BadInput(f"the Ray cluster at {address} has no node with the {RESOURCE!r} resource; on each GPU "
                            f"host run `ray start --address HEAD:6379 --resources '{{\"{RESOURCE}\": 1}}'`")
 
     def capacity(self) -> int:
-        """Trials the live cluster admits at once (nodes that die drop out)."""
+        """Trials the cluster admits at once: its live nodes' ``search_host`` (Ray drops a dead node
+        some seconds after it stops answering)."""
         return int(ray.cluster_resources().get(RESOURCE, 0))
 
     def free(self) -> int:
-        return max(0, self.capacity() - len(self._running))
+        """Hosts with nothing running, not counting a lost trial's host until its sweep has ended."""
+        return max(0, self.capacity() - len(self._running) - len(self._sweeps))
 
     def start(self, job: Job, hooks: Hooks) -> None:
-        actor = self._idle.pop() if self._idle else _AgentActor.remote()  # a new agent claims a free host
+        actor = self._free_agent() or _AgentActor.remote()  # a new agent claims a free host
         run = actor.run.remote(job, self.emulate)
         self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(job.marker, POLL_S))
 
     def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        self._release_idle()
         polls = {r.poll: r for r in self._running.values() if r.poll is not None}
-        refs = [*self._running, *polls]
+        refs = [*self._running, *polls, *self._sweeps]
         if not refs:
             return []
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
@@ -198,36 +230,50 @@ class RayRunner:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in ready:
             if ref in polls:
-                self._relay(polls[ref])
+                self._relay(polls[ref], again=polls[ref].run not in ready)
+        self._end_sweeps([ref for ref in ready if ref in self._sweeps])
         return [self._collect(self._running.pop(ref)) for ref in ready if ref in self._running]
 
     def cancel(self) -> None:
-        for remote in list(self._running.values()):
-            self._lose(remote)
+        lost = list(self._running.values())
         self._running.clear()
+        for remote in lost:
+            ray.kill(remote.actor, no_restart=True)
+        for remote in lost:  # a killed actor gets a moment to die before its server is killed under it
+            try:
+                ray.get(remote.run, timeout=GONE_TIMEOUT_S)
+            except (RayError, GetTimeoutError):
+                pass
+        for remote in lost:
+            self._sweep(remote)
+        self._finish_sweeps()
 
     def kill_marker(self, marker: str, host: str) -> int:
         """Ask every live ``search_host`` node to kill ``marker`` (a dead driver's trial may be on any)."""
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and RESOURCE in n.get("Resources", {})]
-        return sum(self._sweep_on(node, marker) for node in nodes)
+        refs = [self._sweep_ref(node, marker) for node in self._live_nodes()]
+        return sum(count for count in self._gather(refs) if count)
 
     def close(self) -> None:
         self.cancel()
-        for actor in self._idle:
-            ray.kill(actor)
+        for idle in self._idle:
+            ray.kill(idle.actor)
         self._idle.clear()
         ray.shutdown()
 
     # -- internals ----------------------------------------------------------------------------
-    def _relay(self, remote: _Remote) -> None:
-        """Hand a poll's messages to the driver's hooks, answer levels, and poll again."""
+    def _relay(self, remote: _Remote, *, again: bool) -> None:
+        """Hand a poll's messages to the driver's hooks and answer levels; poll ``again`` unless the
+        trial ended. A failed poll of a live agent (an RPC that did not get through) is simply
+        repeated: giving up on it would leave the trial's next level waiting for a verdict."""
+        messages: list[Message] = []
         try:
-            messages: list[Message] = ray.get(remote.poll)
-        except RayError:  # the actor died: its run ref reports it
-            remote.poll = None
-            return
+            messages = ray.get(remote.poll)
+        except ActorDiedError:  # the run ref reports it
+            again = False
+        except RayError:
+            pass
         self._dispatch(remote, messages)
-        remote.poll = remote.actor.poll.remote(remote.job.marker, POLL_S)
+        remote.poll = remote.actor.poll.remote(remote.job.marker, POLL_S) if again else None
 
     def _dispatch(self, remote: _Remote, messages: list[Message]) -> None:
         for kind, data in messages:
@@ -246,41 +292,83 @@ class RayRunner:
     def _collect(self, remote: _Remote) -> tuple[Job, TrialResult]:
         """A finished run: its result and artifacts, or an infrastructure fault if its worker or node died."""
         try:
-            result, files = ray.get(remote.run)
+            result, files, unpolled = ray.get(remote.run)
         except RayActorError as exc:  # anything else (a bug in the trial) stops the study, as on one host
-            self._lose(remote)  # its host's resource comes free when the agent is gone; a new agent claims it
+            ray.kill(remote.actor, no_restart=True)  # unreachable is not dead: make sure it starts nothing more
+            self._sweep(remote)  # its host comes free once the sweep ends; a new agent claims it
             where = f" on {remote.host}" if remote.host else ""
-            message = (f"the Ray worker running this trial{where} died ({type(exc).__name__}: the node was lost "
-                       "or the worker killed); not the config's fault")
+            message = (f"the Ray worker running this trial{where} died or stopped answering ({type(exc).__name__}: "
+                       "the node was lost or the worker killed); not the config's fault")
             return remote.job, TrialResult(outcome="infrastructure", artifacts=remote.job.trial_dir,
                                            marker=remote.job.marker,
                                            failure=Failure("worker_lost", remote.phase, "", True, message))
-        self._idle.append(remote.actor)
+        self._dispatch(remote, [m for m in unpolled if m[0] != "level"])  # an unpolled level was never answered
+        self._idle.append(_Idle(remote.actor, remote.node))
         for name, data in files.items():
             path = remote.job.trial_dir / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return remote.job, result
 
-    def _lose(self, remote: _Remote) -> None:
-        """Stop a trial for good: kill its actor, wait for it to die, then kill its server by marker."""
-        ray.kill(remote.actor, no_restart=True)
-        try:
-            ray.get(remote.run, timeout=GONE_TIMEOUT_S)
-        except (RayError, GetTimeoutError):
-            pass
-        if remote.node is not None:
-            self._sweep_on(remote.node, remote.job.marker)
-        else:
-            self.kill_marker(remote.job.marker, remote.host)
+    def _free_agent(self) -> Any | None:
+        """An idle agent whose node is still alive; those on a dead node are let go."""
+        live = set(self._live_nodes())
+        while self._idle:
+            idle = self._idle.pop()
+            if idle.node in live:
+                return idle.actor
+            ray.kill(idle.actor, no_restart=True)
+        return None
+
+    def _release_idle(self) -> None:
+        """Let idle agents go while a started trial waits for its host: the host it was counted on may
+        be held by another study's agent, or gone (Ray counts a dead node for some seconds), and an
+        idle agent holds a host it could have. An agent released needlessly costs one new worker."""
+        if self._idle and any(remote.node is None for remote in self._running.values()):
+            for idle in self._idle:
+                ray.kill(idle.actor, no_restart=True)
+            self._idle.clear()
+
+    def _sweep(self, remote: _Remote) -> None:
+        """Start killing a lost trial's server by its marker, on its node (or every node if unknown)."""
+        nodes = [remote.node] if remote.node is not None else self._live_nodes()
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        for node in nodes:
+            self._sweeps[self._sweep_ref(node, remote.job.marker)] = deadline
+
+    def _end_sweeps(self, done: list[ray.ObjectRef]) -> None:
+        """Forget sweeps that ended (on a dead node they fail: its processes are gone) or ran out of time."""
+        self._gather(done)  # ready: this takes no time, and no failure is left unread
+        now = time.monotonic()
+        for ref in [*done, *(ref for ref, deadline in self._sweeps.items() if deadline <= now)]:
+            self._sweeps.pop(ref, None)
+
+    def _finish_sweeps(self) -> None:
+        """Wait (bounded) for every sweep still running: the driver must not exit before them."""
+        if self._sweeps:
+            done, _ = ray.wait(list(self._sweeps), num_returns=len(self._sweeps),
+                               timeout=max(0.0, max(self._sweeps.values()) - time.monotonic()))
+            self._gather(done)
+            self._sweeps.clear()
 
     @staticmethod
-    def _sweep_on(node: str, marker: str) -> int:
-        try:
-            ref = _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(marker)
-            return ray.get(ref, timeout=SWEEP_TIMEOUT_S)
-        except (RayError, GetTimeoutError):  # the node is gone: so are its processes
-            return 0
+    def _sweep_ref(node: str, marker: str) -> ray.ObjectRef:
+        return _sweep_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(marker)
+
+    @staticmethod
+    def _gather(refs: list[ray.ObjectRef]) -> list[int | None]:
+        """Each sweep's count of killed processes; None where its node was gone or it did not answer in time."""
+        counts: list[int | None] = []
+        for ref in refs:
+            try:
+                counts.append(ray.get(ref, timeout=SWEEP_TIMEOUT_S))
+            except (RayError, GetTimeoutError):
+                counts.append(None)
+        return counts
+
+    @staticmethod
+    def _live_nodes() -> list[str]:
+        return [n["NodeID"] for n in ray.nodes() if n.get("Alive") and RESOURCE in n.get("Resources", {})]
 
 
 def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:

@@ -2,7 +2,8 @@
 baseline, time, ETA.
 
 On a terminal it is a rich live panel redrawn in place; otherwise (a log file, nohup, a test)
-one plain line per event, so an overnight log reads top to bottom.
+one plain line per event, so an overnight log reads top to bottom: a trial starting, the host it
+was placed on with what it changes from the baseline, each level, its outcome.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rich.table import Table
 
 from search.logwatch import Event
 from search.loadtest import LevelResult
-from search.results import outcome_text
+from search.results import changed, outcome_text
 from search.study import Listener, StudyRun
 
 
@@ -37,6 +38,7 @@ class _Now:
 
     tag: str
     began: float
+    config: Mapping[str, Any]
     host: str = ""
     phase: str = "starting"
 
@@ -68,14 +70,16 @@ class StudyProgress:
 
     # -- hooks ------------------------------------------------------------------------------
     def trial_started(self, number: int, tag: str, config: Mapping[str, Any]) -> None:
-        self.running[number] = _Now(tag, time.monotonic())
+        self.running[number] = _Now(tag, time.monotonic(), config)
         self.width = max(self.width, len(self.running))
         self._say(f"trial {number} ({tag}) starting: " + " ".join(f"{k}={v}" for k, v in config.items()))
 
     def placed(self, number: int, host: str) -> None:
-        if number in self.running:
-            self.running[number].host = host
-            self._refresh()
+        now = self.running.get(number)
+        if now is not None:
+            now.host = host
+            changes = changed(dict(now.config), dict(self.run.space.baseline or {}))
+            self._say(f"trial {number} ({now.tag}) on {host}" + (f": {changes}" if changes else ""))
 
     def event(self, number: int, event: Event) -> None:
         if event.kind == "phase" and number in self.running:

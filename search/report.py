@@ -33,7 +33,7 @@ from search import results
 from search.errors import BadInput
 from search.logwatch import PHASES
 from search.space import Space
-from search.study import DEFAULT_STORAGE, remeasured, space_of
+from search.study import DEFAULT_STORAGE, REMEASURE_GPU_ATTR, remeasured, space_of
 
 TOP = 3  # configs drawn beside the baseline in the per-level charts
 TABLE_ROWS = 12  # rows of the ranking table
@@ -47,6 +47,7 @@ OUTCOME_COLOURS = {
     "infrastructure": "#7c3aed",
 }
 BASELINE_COLOUR = "#334155"
+REMEASURE_COLOUR = "#0f766e"  # GPU time of the end-of-study re-measurement runs
 TOP_COLOURS = ("#16a34a", "#0891b2", "#db2777")  # best, second, third
 PHASE_LABELS = {"starting": "start", "loading": "weights", "kv_cache": "KV cache", "autotune": "autotune",
                 "cuda_graph": "graph capture", "warmup": "warmup", "ready": "ready", "load_test": "load test"}
@@ -469,7 +470,8 @@ def power(study: optuna.Study, palette: Palette) -> Section:
 
 
 def gpu_time(study: optuna.Study) -> Section:
-    """GPU time spent by outcome, and what ending trials early saved (`search.results.gpu_time`)."""
+    """GPU time spent by outcome and on re-measurement, and what ending trials early saved
+    (`search.results.gpu_time`)."""
     totals = results.gpu_time(study)
     if not totals["spent_s"]:
         return Section("gpu_time", "GPU time", "", None, "no GPU time recorded yet")
@@ -478,10 +480,13 @@ def gpu_time(study: optuna.Study) -> Section:
     for t in _finished(study):
         key = _outcome(t)
         spent[key] = spent.get(key, 0.0) + float(t.user_attrs.get("gpu_seconds", 0.0))
+    colours = {**OUTCOME_COLOURS, "re-measurement": REMEASURE_COLOUR}
+    if study.user_attrs.get(REMEASURE_GPU_ATTR):
+        spent["re-measurement"] = float(study.user_attrs[REMEASURE_GPU_ATTR])
     fig = go.Figure()
     for outcome, seconds in spent.items():
         fig.add_trace(go.Bar(y=["spent"], x=[seconds / div], name=outcome, orientation="h",
-                             marker={"color": OUTCOME_COLOURS[outcome]},
+                             marker={"color": colours[outcome]},
                              hovertemplate=f"{outcome}: %{{x:,.1f}} {unit}<extra></extra>"))
     fig.add_trace(go.Bar(y=["saved by pruning"], x=[totals["saved_s"] / div], name="saved", orientation="h",
                          marker={"color": TOP_COLOURS[0], "pattern": {"shape": "/"}},
@@ -489,8 +494,9 @@ def gpu_time(study: optuna.Study) -> Section:
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title=f"GPU wall time ({unit})")
     return Section("gpu_time", "GPU time spent and saved",
-                   "Wall time the trials held the GPUs, by outcome, and the time pruning and early crashes saved "
-                   "against running every trial to the end.", _style(fig, 230))
+                   "Wall time the trials held the GPUs, by outcome, and the re-measurement runs of the top configs; "
+                   "and the time pruning and early crashes saved against running every trial to the end.",
+                   _style(fig, 230))
 
 
 # --------------------------------------------------------------------------- the page
@@ -534,13 +540,17 @@ def _headline(study: optuna.Study, storage: str) -> str:
 
 
 def _kpis(study: optuna.Study) -> str:
+    """Trials that ended, by outcome (those still running or waiting named apart), and GPU time."""
     counts = results.counts(study)
+    unfinished = {k: counts.pop(k) for k in ("running", "waiting") if k in counts}
     totals = results.gpu_time(study)
     div, unit = _duration_unit(totals["spent_s"] + totals["saved_s"])
     chips = "".join(f'<span class="chip" style="--c:{OUTCOME_COLOURS.get(k, "#64748b")}">{v} {html.escape(k)}</span>'
                     for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return (f'<div class="kpis"><div class="kpi"><span>trials</span><b>{sum(v for k, v in counts.items() if k != "retries")}'
-            f'</b><div>{chips}</div></div>'
+    later = " · ".join(f"{v} {k}" for k, v in unfinished.items())
+    note = f'<p class="muted" data-unfinished>not counted: {later}</p>' if later else ""
+    return (f'<div class="kpis"><div class="kpi"><span>trials finished</span>'
+            f'<b>{sum(v for k, v in counts.items() if k != "retries")}</b><div>{chips}</div>{note}</div>'
             f'<div class="kpi"><span>GPU time spent</span><b>{totals["spent_s"] / div:,.1f} {unit}</b></div>'
             f'<div class="kpi"><span>saved by pruning</span><b>{totals["saved_s"] / div:,.1f} {unit}</b></div></div>')
 

@@ -238,7 +238,7 @@ def gpu_time(study: optuna.Study) -> dict[str, float]:
     """GPU seconds spent, and saved by ending trials early: a pruned or crashed trial saved what a
     typical completed trial cost beyond its own time; a skipped one saved all of it."""
     trials = study.get_trials(deepcopy=False)
-    spent = sum(float(t.user_attrs.get("gpu_seconds", 0.0)) for t in trials)
+    spent = sum(float(t.user_attrs.get("gpu_seconds", 0.0)) for t in trials) + study.user_attrs.get("remeasure_gpu_seconds", 0.0)
     full = [float(t.user_attrs["gpu_seconds"]) for t in trials
             if t.user_attrs.get("outcome") == "completed" and "gpu_seconds" in t.user_attrs]
     if not full:

@@ -53,6 +53,7 @@ MAX_INFRA_RETRIES = 3  # consecutive infrastructure faults of one config on one 
 TOP_K = 3  # configs re-measured at the end
 SPACE_ATTR = "space"  # study user attr: the space as data, so views and export need no file
 REMEASURED_ATTR = "remeasured"  # study user attr: {trial number: [objective per repeat]}
+REMEASURE_GPU_ATTR = "remeasure_gpu_seconds"  # study user attr: GPU seconds the re-measurement runs held
 _DRIVER_ATTR = "driver"  # trial user attr: who ran it, to tell a dead run's RUNNING trial from a live one
 _MARKER_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 WAIT_S = 0.5  # longest the driver waits on its runner before checking the budget again
@@ -524,6 +525,9 @@ class StudyRun:
             raise Interrupted(f"study {self.name!r} interrupted during re-measurement; run the same command to "
                               "finish it") from None
         result = done[0][1]
+        # GPU time spent counts these runs too; a finished trial cannot take them, so the study keeps the sum.
+        spent = float(self.study.user_attrs.get(REMEASURE_GPU_ATTR, 0.0)) + result.gpu_seconds
+        self.study.set_user_attr(REMEASURE_GPU_ATTR, spent)
         if result.outcome == "infrastructure":
             self.listener.note(f"re-measurement of trial {frozen.number} hit the host: "
                                f"{result.failure.message if result.failure else ''}")

@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from typer.core import TyperCommand
 
 if TYPE_CHECKING:
+    from typer._click import Context
+
     from search.study import Runner
 
 app = typer.Typer(help="Run a configuration search and look at its results.", no_args_is_help=True)
@@ -16,7 +19,30 @@ app = typer.Typer(help="Run a configuration search and look at its results.", no
 _STORAGE = typer.Option("sqlite:///studies.db", "--storage", help="Optuna storage URL (SQLite or PostgreSQL).")
 
 
-@app.command("run")
+def bare_ray(args: list[str]) -> list[str]:
+    """``--ray`` with no address (last, before another option, or before the space file) as ``--ray auto``.
+
+    typer's bundled click has no option whose value may be left out, so the command line is
+    completed before it is parsed; a Ray address never names an existing file.
+    """
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--ray":
+            following = args[i + 1] if i + 1 < len(args) else None
+            if following is None or following.startswith("-") or Path(following).is_file():
+                return [*args[: i + 1], "auto", *args[i + 1 :]]
+    return args
+
+
+class _RunCommand(TyperCommand):
+    """`search study run`, whose ``--ray`` may come without an address (then ``auto``)."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, bare_ray(args))
+
+
+@app.command("run", cls=_RunCommand)
 def run(
     space_path: Path = typer.Argument(..., metavar="SPACE", help="Space file (spaces/X.yaml)."),
     study: str = typer.Option(..., "--study", help="Study name; running the same name again resumes it."),
@@ -32,8 +58,9 @@ def run(
                                          help="Try another study's best configs early."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on its hosts, in turn."),
     host_name: Optional[str] = typer.Option(None, "--host", help="Only this host of --hosts (default: all of them)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS|auto",
-                                              help="Run trials on a Ray cluster, one per GPU host (docs/ray.md)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS|auto]",
+                                              help="Run trials on a Ray cluster, one per GPU host; no address "
+                                                   "means auto, the cluster this machine belongs to (docs/ray.md)."),
     remeasure: int = typer.Option(2, "--remeasure", min=0, help="Repeats for each of the top 3 configs at the end."),
     trials_dir: Path = typer.Option(Path("trials"), "--trials-dir", help="Where trial artifacts are written."),
 ) -> None:
@@ -78,7 +105,7 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
 
     if ray_address is not None:
         if hosts_file is not None or name is not None:
-            raise BadInput("--ray runs each trial on a Ray node's own machine; leave out --hosts/--host")
+            raise BadInput(f"--ray {ray_address} runs each trial on a Ray node's own machine; leave out --hosts/--host")
         from search.parallel import RayRunner
 
         return RayRunner(ray_address, emulate=emulate)

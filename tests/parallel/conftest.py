@@ -3,13 +3,20 @@ tiny emulator space whose state directory and port come from the node that runs 
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import ray
 
-from search.parallel import emulated_cluster
+from search.parallel import NAME_ENV, RayRunner, emulated_cluster
+from search.space import Space, load_space
+from search.study import Job
+from search.trial import TrialResult
 from tests import helpers
 
 # Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
@@ -33,18 +40,71 @@ def write_space(root: Path, time_scale: float) -> Path:
 class LocalCluster:
     address: str
     hosts: list[str]  # the host names the nodes report
+    cluster: Any  # the ray.cluster_utils.Cluster, to take a node away
+
+    def power_off(self, host: str, study: str) -> str:
+        """Take ``host`` away as a power cut would: its Ray node, then what ran on it (its Ray workers and
+        ``study``'s trial servers there, which a real machine would lose with it). Returns its node id."""
+        node = next(n for n in self.cluster.worker_nodes if n._ray_params.env_vars.get(NAME_ENV) == host)
+        self.cluster.remove_node(node, allow_graceful=False)
+        machine = set()
+        for server in marker_processes(study):
+            machine.add(server)
+            try:
+                machine.add(parent(server))  # its Ray worker
+            except OSError:
+                pass
+        for pid in machine:
+            if host_of(pid) == host:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        return node.node_id
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def _cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Two GPU hosts; the driver is a `search study run` subprocess that inherits RAY_AUTH_MODE."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_AUTH_MODE", "disabled")
         cluster, names = emulated_cluster(tmp_path_factory.mktemp("nodes"), hosts=2)
         try:
-            yield LocalCluster(cluster.address, names)
+            yield LocalCluster(cluster.address, names, cluster)
         finally:
+            if ray.is_initialized():  # a test's in-process driver; the cluster cannot go while it is connected
+                ray.shutdown()
             cluster.shutdown()  # only the processes this fixture started
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster the module's tests share."""
+    yield from _cluster(tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster of the test's own, for a test that takes a host away."""
+    yield from _cluster(tmp_path_factory)
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> Space:
+    """The conftest space, parsed, for jobs driven from the test process."""
+    return load_space(write_space(tmp_path, time_scale=0.01))
+
+
+def job(space: Space, root: Path, study: str, name: str) -> Job:
+    """The baseline as a job of ``study`` (marker ``search-<study>-<name>``), artifacts under ``root``."""
+    return Job(space, dict(space.baseline or {}), f"search-{study}-{name}", root / name)
+
+
+def drain(runner: RayRunner, count: int) -> list[tuple[Job, TrialResult]]:
+    """Drive ``runner`` as the study does until ``count`` jobs have finished, in the order they finished."""
+    done: list[tuple[Job, TrialResult]] = []
+    while len(done) < count:
+        done += runner.wait(0.5)
+    return done
 
 
 def marker_processes(study: str) -> dict[int, str]:
@@ -54,3 +114,13 @@ def marker_processes(study: str) -> dict[int, str]:
 
 def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def host_of(pid: int) -> str | None:
+    """The emulated host a process runs on (the node's name in its environment); None once it is gone."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(f"{NAME_ENV}=".encode())]
+    return found[0] if found else None

@@ -21,20 +21,32 @@ from tests.parallel.conftest import LocalCluster, marker_processes, parent, writ
 N_TRIALS = 8
 
 
-def _kill_a_worker_mid_trial(driver: subprocess.Popen, name: str, timeout: float = 120.0) -> tuple[str, int]:
-    """SIGKILL the Ray worker running a non-baseline trial once its server is up; (its marker, worker pid)."""
+def _watch(driver: subprocess.Popen, name: str, timeout: float = 200.0) -> tuple[str, int]:
+    """Until the driver exits: SIGKILL the Ray worker running the first non-baseline trial whose server
+    is up, and count the most trial servers alive at one moment (the killed one aside).
+
+    Returns (the killed trial's marker, that count). Two markers alive at once are two servers
+    running side by side, which only happens when Ray runs trials concurrently.
+    """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and driver.poll() is None:
+    killed, most = "", 0
+    while driver.poll() is None:
+        assert time.monotonic() < deadline, "the study did not finish"
         servers = marker_processes(name)
+        most = max(most, len(set(servers.values()) - {killed}))
         for pid, marker in servers.items():
             number = int(marker.removeprefix(f"search-{name}-").split("-")[0])
-            worker = parent(pid)
-            if number >= 1 and worker not in servers:  # the server itself, not one of its ranks
+            try:
+                worker = parent(pid)
+            except OSError:  # it just ended
+                continue
+            if not killed and number >= 1 and worker not in servers:  # the server itself, not one of its ranks
                 assert b"ray::" in Path(f"/proc/{worker}/cmdline").read_bytes()  # a Ray worker, not the driver
                 os.kill(worker, signal.SIGKILL)
-                return marker, worker
+                killed = marker
         time.sleep(0.05)
-    raise AssertionError("no trial server appeared to kill its worker")
+    assert killed, "no trial server appeared to kill its worker"
+    return killed, most
 
 
 @pytest.mark.timeout(240)
@@ -49,8 +61,8 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
              "--trials-dir", str(tmp_path / "trials")],
             stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
         try:
-            killed_marker, _ = _kill_a_worker_mid_trial(driver, "ray-kill")
-            assert driver.wait(timeout=200) == 0, log.read_text()
+            killed_marker, side_by_side = _watch(driver, "ray-kill")
+            assert driver.wait() == 0, log.read_text()
         finally:
             if driver.poll() is None:
                 driver.kill()
@@ -75,6 +87,7 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     overlapping = [(a.number, b.number) for a in ran for b in ran if a.number < b.number
                    and a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete]
     assert overlapping, "no two trials ran at the same time"
+    assert side_by_side >= 2, "no two trial servers were ever alive at the same moment"
 
     # Pruning reached a running remote trial: a slow config stopped after its first level.
     pruned = [t for t in measured if t.user_attrs.get("outcome") == "pruned"]

@@ -27,7 +27,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--enable-unsafe-swiftshader", "--remote-debugging-port=0", "--window-size=1400,1000")
 WIDTH = 1400
 
-# What every chart drew, read from plotly's own state and from the rendered DOM.
+# What every chart drew, read from plotly's own state and from the rendered DOM: its traces, the
+# lines laid over it (SLOs, the power limit) and their labels.
 _CHARTS_JS = """
 Array.from(document.querySelectorAll('[data-chart]')).map(box => {
   const gd = box.querySelector('.js-plotly-plot');
@@ -37,8 +38,11 @@ Array.from(document.querySelectorAll('[data-chart]')).map(box => {
     if (t.type === 'heatmap') return (t.z || []).flat().length;
     return Math.max((t.x || []).length, (t.y || []).length);
   };
+  const layout = gd && gd._fullLayout ? gd._fullLayout : {};
   return {key: box.dataset.chart, traces: data.length, points: data.map(count).reduce((a, b) => a + b, 0),
           types: data.map(t => t.type),
+          lines: (layout.shapes || []).map(s => ({y: s.y0, yref: s.yref, dash: (s.line || {}).dash})),
+          labels: (layout.annotations || []).map(a => a.text),
           drawn: gd ? gd.querySelectorAll('.main-svg, canvas').length : 0,
           height: gd ? gd.getBoundingClientRect().height : 0};
 })

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from PIL import Image, ImageStat
 from plotly.offline import get_plotlyjs
 
 from search import report, results
-from search.study import load, space_of
+from search.study import REMEASURE_GPU_ATTR, load, space_of
 from tests.report.browser import PageView, view
 from tests.report.conftest import CRASH_LINE, STUDY, search
 
@@ -126,9 +127,48 @@ def test_pareto_front_is_exactly_the_undominated_levels(demo: Path) -> None:
 def test_gpu_time_chart_adds_up_to_the_study_totals(demo: Path) -> None:
     study, sections = _study(demo)
     totals = results.gpu_time(study)
-    bars = {t.name: t.x[0] for t in sections["gpu_time"].figure.data}
+    div, _ = report._duration_unit(totals["spent_s"] + totals["saved_s"])
+    bars = {t.name: t.x[0] * div for t in sections["gpu_time"].figure.data}
     assert math.isclose(sum(v for k, v in bars.items() if k != "saved"), totals["spent_s"], rel_tol=1e-9)
     assert math.isclose(bars["saved"], totals["saved_s"]) and totals["saved_s"] > 0
+
+
+def test_gpu_time_spent_counts_the_re_measurement_runs(demo: Path) -> None:
+    study, sections = _study(demo)
+    trials = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in study.trials)
+    again = study.user_attrs[REMEASURE_GPU_ATTR]
+    assert again > 0  # the demo re-measured its top configs once each
+    assert math.isclose(results.gpu_time(study)["spent_s"], trials + again)
+    div, _ = report._duration_unit(trials + again + results.gpu_time(study)["saved_s"])
+    bars = {t.name: t.x[0] * div for t in sections["gpu_time"].figure.data}
+    assert math.isclose(bars["re-measurement"], again)
+
+
+def test_the_slo_lines_and_the_power_limit_are_drawn(demo: Path, seen: tuple[PageView, Path]) -> None:
+    looked, _ = seen
+    study = load(STUDY, f"sqlite:///{demo / 'studies.db'}")
+    slos = space_of(study).slos
+    charts = {c["key"]: c for c in looked.charts}
+    ladder = {(line["yref"], line["y"]) for line in charts["ladder"]["lines"] if line["dash"] == "dash"}
+    assert ladder == {("y2", slos.p99_ttft_ms), ("y3", slos.p99_itl_ms)}  # on the TTFT and ITL panels
+    assert charts["ladder"]["labels"].count("SLO") == 2
+    limit = max(g["power_limit_w"] for t in study.trials for g in t.user_attrs.get("gpu", []) if g.get("power_limit_w"))
+    assert [line["y"] for line in charts["power"]["lines"]] == [limit]
+    assert f"power limit {limit:,.0f} W" in charts["power"]["labels"]
+
+
+def test_the_header_counts_finished_trials_and_names_unfinished_ones_apart(demo: Path, tmp_path: Path) -> None:
+    shutil.copy(demo / "studies.db", tmp_path / "studies.db")
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = load(STUDY, storage)
+    finished = sum(1 for t in study.trials if t.state not in (TrialState.RUNNING, TrialState.WAITING))
+    study.enqueue_trial(study.trials[0].params)  # waiting
+    study.ask()  # takes the enqueued trial: running
+    study.enqueue_trial(study.trials[0].params)  # waiting
+    header = re.search(r'<div class="kpis">.*?</div></div>', report.render(study, storage), re.S).group(0)
+    assert f"<span>trials finished</span><b>{finished}</b>" in header
+    assert "not counted: 1 running · 1 waiting" in header
+    assert "waiting</span>" not in header and "running</span>" not in header  # no chip counts them as outcomes
 
 
 def test_startup_bars_are_the_recorded_phase_durations(demo: Path) -> None:
