@@ -98,8 +98,13 @@ class _Level:
         self.source, self.url, self.spec = source, url, spec
         self.concurrency, self.should_abort = concurrency, should_abort
 
-    def _check(self) -> None:
-        """Raise _Abort when the server died or errors passed the threshold."""
+    def _check(self, final: bool = False) -> None:
+        """Raise _Abort when the server died or errors passed the threshold.
+
+        While the level runs the error rate counts only after a few finished requests (one early
+        failure is not a trend); at the level's end it counts whatever the number, and a level
+        whose every finished request failed aborts whatever the threshold.
+        """
         reason = self.should_abort() if self.should_abort else None
         if reason:
             raise _Abort(reason)
@@ -107,7 +112,8 @@ class _Level:
         if failures["connect"]:
             raise _Abort(f"server died: {_refused(self.url)}")
         failed = sum(failures.values())
-        if finished >= _MIN_FINISHED_FOR_ERROR_RATE and failed > self.spec.max_error_rate * finished:
+        enough = finished >= (1 if final else _MIN_FINISHED_FOR_ERROR_RATE)
+        if enough and (failed > self.spec.max_error_rate * finished or (final and failed == finished)):
             kinds = ", ".join(f"{k}: {n}" for k, n in sorted(failures.items()))
             raise _Abort(f"{failed} of {finished} requests failed ({kinds}), over the "
                          f"{self.spec.max_error_rate:.0%} threshold")
@@ -125,12 +131,12 @@ class _Level:
                 while not self.source.done():
                     await self._tick()
                 await self.source.sync()
-                self._check()
                 result = from_requests(self.concurrency, self.source.records)
             else:
                 result = await self._steady_state()
         finally:
             cpu = await self.source.close()
+        self._check(final=True)  # after close: every request's outcome is in
         result.client_cpu = cpu
         return result
 
