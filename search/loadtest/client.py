@@ -2,7 +2,9 @@
 
 Prompts are random token ids of the exact input length (no tokenizer needed, and a fresh
 prompt per request keeps the prefix cache from flattering the result); ``ignore_eos`` with
-``max_tokens`` fixes the output length.
+``max_tokens`` fixes the output length. Chat takes text, not ids: its prompt is ``input_len``
+common words, each a single token in common tokenizers, and the chat template adds its own, so
+the input length counted is the server's ``prompt_tokens`` whenever it reports one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from search.loadtest.spec import LadderSpec
 # Token ids drawn from a range every common vocabulary (32k and up) covers, past the
 # special tokens at the low end.
 _TOKEN_LO, _TOKEN_HI = 1000, 30000
-# Chat takes text, not ids: short common words, about one token each.
+# Chat takes text, not ids: short common words, each one token in common tokenizers.
 _WORDS = ("the", "of", "and", "to", "in", "is", "it", "for", "on", "as", "at", "by", "we", "or", "an", "be")
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
@@ -33,7 +35,7 @@ class Record:
     """A request's timeline: send time, the arrival time of each content chunk, the end."""
 
     send: float
-    input_tokens: int
+    input_tokens: int  # the server's prompt_tokens once a chunk gives it; until then the length sent
     chunks: list[float] = field(default_factory=list)
     end: float | None = None
     output_tokens: int | None = None  # from the usage chunk; None while unknown
@@ -66,7 +68,7 @@ class Prompts:
         self.api, self.rng = spec.api, rng
         self.head = min(self.HEAD, spec.input_len)
         tail = spec.input_len - self.head
-        if spec.api == "chat":  # chat takes text, not ids: words of about one token each
+        if spec.api == "chat":  # chat takes text, not ids: words of one token each
             self.tails = [" ".join(rng.choice(_WORDS) for _ in range(tail)) for _ in range(self.POOL)]
         else:
             self.tails = [",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(tail))
@@ -92,20 +94,23 @@ class Prompts:
         return '{"' + key + '": [' + ids + "], " + self.rest
 
 
-def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, int | None, int]:
-    """(chunk carries new output, server's output-token count if given, tokens seen so far)."""
+def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, dict[str, Any] | None, int]:
+    """(chunk carries new output, the server's token counts if this chunk has them, tokens seen so far).
+
+    The counts are a dict with ``prompt_tokens`` and ``completion_tokens``: the usage chunk's, or
+    /generate's ``meta_info``, which carries a cumulative count with every chunk.
+    """
     if api == "generate":
-        # /generate streams a cumulative completion_tokens count with every chunk.
-        count = (data.get("meta_info") or {}).get("completion_tokens") or 0
-        return count > seen, count, max(seen, count)
+        meta = data.get("meta_info") or {}
+        count = meta.get("completion_tokens") or 0
+        return count > seen, meta, max(seen, count)
     usage = data.get("usage")
-    count = usage.get("completion_tokens") if usage else None
     choices = data.get("choices")
     if not choices:
-        return False, count, seen
+        return False, usage, seen
     choice = choices[0]
     text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
-    return bool(text), count, seen
+    return bool(text), usage, seen
 
 
 async def stream_one(client: httpx.AsyncClient, url: str, api: str, body: str, record: Record) -> None:
@@ -130,11 +135,12 @@ async def stream_one(client: httpx.AsyncClient, url: str, api: str, body: str, r
                 if "error" in data and not data.get("choices"):
                     record.error = "server_error"
                     return
-                new, count, seen = _content(api, data, seen)
+                new, counts, seen = _content(api, data, seen)
                 if new:
                     record.chunks.append(now)
-                if count is not None:
-                    record.output_tokens = count
+                if counts:
+                    record.output_tokens = counts.get("completion_tokens", record.output_tokens)
+                    record.input_tokens = counts.get("prompt_tokens") or record.input_tokens
         record.end = time.perf_counter()
         if not record.chunks:
             record.error = "empty_output"

@@ -248,7 +248,7 @@ class RemoteStreams:
                 record = self._mirror[(worker, d.key)] = Record(send=d.send, input_tokens=d.input_tokens)
                 self.records.append(record)
             record.chunks.extend(d.chunks)
-            record.output_tokens, record.error = d.output_tokens, d.error
+            record.input_tokens, record.output_tokens, record.error = d.input_tokens, d.output_tokens, d.error
             if d.end is not None and record.end is None:
                 record.end = d.end
                 if d.error != "cancelled":  # still running when the level ended: not a request's end
