@@ -5,8 +5,7 @@ Starts a minimal SSE server in a child process (a raw asyncio protocol that answ
 chunk, so the server costs next to nothing; ``--interval-ms`` paces each stream so that every
 client read carries one event, as against a real server), then runs ``search.loadtest`` against it at
 several concurrencies, in one client process and spread over worker processes, and prints
-chunks/s and the client's CPU use. It also compares the hand-written SSE parsing with
-httpx-sse's decoder on the same stream.
+chunks/s and the client's CPU use.
 
     python scripts/bench_client.py [--output-len 512] [--requests 2000] [--concurrency 64,256,1024] [--interval-ms 0]
 """
@@ -20,9 +19,6 @@ import multiprocessing as mp
 import resource
 import socket
 import time
-
-import httpx
-import httpx_sse
 
 from search.loadtest import LadderSpec, run_ladder
 
@@ -158,9 +154,6 @@ def main() -> None:
     server = mp.Process(target=serve, args=(sock, args.interval_ms / 1000), daemon=True)
     server.start()
     try:
-        for parser in (False, True):
-            rate = asyncio.run(_parse_rate(url, 200, args.output_len, parser))
-            print(f"parser {'httpx-sse' if parser else 'hand (aiter_lines)':20s} {rate:10,.0f} chunks/s")
         # CPU per chunk is the robust figure on a shared machine: 1e6 / it is the chunks/s one
         # client process sustains on one core.
         print(f"{'concurrency':>11} {'processes':>9} {'chunks/s':>10} {'client CPU s':>12} {'wall s':>7} "
