@@ -10,6 +10,9 @@ bench_serving is run as shipped (``runpy`` on ``sglang.bench_serving``) with one
 module imports ``FAKE_BOOTSTRAP_HOST`` from ``sglang.srt.disaggregation.utils``, whose package
 imports the multimodal configs and so torchvision, which has no build on the package index
 matching this machine's torch 2.13+cpu. The shim registers that module with the one constant.
+It also needs two packages that ``scripts/setup.sh`` leaves out (``pip install datasets
+transformers==5.19.0``, the version sglang 0.5.23 pins). The last column is the machine's
+1-minute load average after each level: both clients share the cores with the emulator.
 
     python scripts/bench_vs_bench_serving.py [--concurrency 64,256,1024] [--input-len 1024] [--output-len 64] [--waves 3]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -81,7 +85,7 @@ def main() -> None:
         levels = parse_concurrency(args.concurrency)
         build_dataset(work / "sharegpt.json", args.waves * max(levels))
         print(f"{'streams':>7} {'requests':>8} {'bench_serving tok/s':>19} {'ours tok/s':>10} {'diff':>7} "
-              f"{'bs TTFT p50':>11} {'our TTFT p50':>12} {'bs ITL p50':>10} {'our ITL p50':>11}")
+              f"{'bs TTFT p50/p99':>15} {'our TTFT p50/p99':>16} {'bs ITL p50':>10} {'our ITL p50':>11} {'load':>5}")
         for c in levels:
             n = args.waves * c
             theirs = bench_serving(url, work, c, n, args.input_len, args.output_len)
@@ -90,8 +94,9 @@ def main() -> None:
             ours = run_ladder(url, spec).levels[0]
             diff = (ours.output_throughput - theirs["output_throughput"]) / theirs["output_throughput"]
             print(f"{c:>7} {n:>8} {theirs['output_throughput']:>19,.1f} {ours.output_throughput:>10,.1f} {diff:>+7.2%} "
-                  f"{theirs['median_ttft_ms']:>11.0f} {ours.median_ttft_ms:>12.0f} "
-                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f}", flush=True)
+                  f"{theirs['median_ttft_ms']:>7.0f}/{theirs['p99_ttft_ms']:<7.0f} "
+                  f"{ours.median_ttft_ms:>8.0f}/{ours.p99_ttft_ms:<7.0f} "
+                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f} {os.getloadavg()[0]:>5.1f}", flush=True)
 
 
 if __name__ == "__main__":
