@@ -15,6 +15,7 @@ transformers==5.19.0``, the version sglang 0.5.23 pins). The last column is the 
 1-minute load average after each level: both clients share the cores with the emulator.
 
     python scripts/bench_vs_bench_serving.py [--concurrency 64,256,1024] [--input-len 1024] [--output-len 64] [--waves 3]
+        [--instant-ms MS]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench_accuracy import emulator
+from bench_client import instant_server
 from search.loadtest import LadderSpec, parse_concurrency, run_ladder
 
 _SHIM = (
@@ -78,8 +80,12 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--waves", type=int, default=3, help="requests per level = waves x concurrency")
+    ap.add_argument("--instant-ms", type=float, default=None,
+                    help="instead of the emulator, bench_client.py's instant server pacing one chunk per this "
+                         "many ms per stream: its own TTFT is ~0, so the TTFT measured is the client's")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, emulator() as url:
+    server = emulator() if args.instant_ms is None else instant_server(args.instant_ms / 1000)
+    with tempfile.TemporaryDirectory() as tmp, server as url:
         work = Path(tmp)
         build_tokenizer(work / "tokenizer")
         levels = parse_concurrency(args.concurrency)
