@@ -5,8 +5,7 @@ Starts a minimal SSE server in a child process (a raw asyncio protocol that answ
 chunk, so the server costs next to nothing; ``--interval-ms`` paces each stream so that every
 client read carries one event, as against a real server), then runs ``search.loadtest`` against it at
 several concurrencies, in one client process and spread over worker processes, and prints
-chunks/s and the client's CPU use. It also compares the hand-written SSE parsing with
-httpx-sse's decoder on the same stream.
+chunks/s, the client's CPU use and the machine's 1-minute load average after each run.
 
     python scripts/bench_client.py [--output-len 512] [--requests 2000] [--concurrency 64,256,1024] [--interval-ms 0]
 """
@@ -15,14 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
+import os
 import resource
 import socket
 import time
-
-import httpx
-import httpx_sse
+from collections.abc import Iterator
 
 from search.loadtest import LadderSpec, run_ladder
 
@@ -93,6 +92,21 @@ def serve(sock: socket.socket, interval: float = 0.0) -> None:
     asyncio.run(main())
 
 
+@contextlib.contextmanager
+def instant_server(interval_s: float = 0.0) -> Iterator[str]:
+    """The instant SSE server in a child process; yields its URL, kills it on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4096)
+    server = mp.Process(target=serve, args=(sock, interval_s), daemon=True)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.kill()
+        sock.close()
+
+
 def _cpu() -> float:
     """CPU seconds of this process and of the children it has reaped (the load-test workers)."""
     return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
@@ -115,34 +129,6 @@ def run_client(url: str, concurrency: int, requests: int, output_len: int, proce
             "cpu_us_per_chunk": 1e6 * cpu / tokens}
 
 
-async def _parse_rate(url: str, requests: int, output_len: int, use_httpx_sse: bool) -> float:
-    """Chunks/s one process parses, 64 streams at a time, with either parser."""
-    body = json.dumps({"model": "instant", "prompt": [1], "max_tokens": output_len, "stream": True})
-    sem = asyncio.Semaphore(64)
-
-    async def one(client: httpx.AsyncClient) -> int:
-        async with sem:
-            n = 0
-            if use_httpx_sse:
-                async with httpx_sse.aconnect_sse(client, "POST", url + "/v1/completions", content=body) as src:
-                    async for ev in src.aiter_sse():
-                        if ev.data != "[DONE]":
-                            json.loads(ev.data)
-                            n += 1
-            else:
-                async with client.stream("POST", url + "/v1/completions", content=body) as resp:
-                    async for line in resp.aiter_lines():
-                        if line.startswith("data:") and line[5:].strip() != "[DONE]":
-                            json.loads(line[5:])
-                            n += 1
-            return n
-
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
-        start = time.perf_counter()
-        counts = await asyncio.gather(*(one(client) for _ in range(requests)))
-        return sum(counts) / (time.perf_counter() - start)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--output-len", type=int, default=512)
@@ -151,28 +137,17 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=float, default=0.0,
                     help="pace each stream at one chunk per interval (0: whole stream in one write)")
     args = ap.parse_args()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(4096)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = mp.Process(target=serve, args=(sock, args.interval_ms / 1000), daemon=True)
-    server.start()
-    try:
-        for parser in (False, True):
-            rate = asyncio.run(_parse_rate(url, 200, args.output_len, parser))
-            print(f"parser {'httpx-sse' if parser else 'hand (aiter_lines)':20s} {rate:10,.0f} chunks/s")
+    with instant_server(args.interval_ms / 1000) as url:
         # CPU per chunk is the robust figure on a shared machine: 1e6 / it is the chunks/s one
         # client process sustains on one core.
         print(f"{'concurrency':>11} {'processes':>9} {'chunks/s':>10} {'client CPU s':>12} {'wall s':>7} "
-              f"{'CPU us/chunk':>12} {'ceiling/core':>12}")
+              f"{'CPU us/chunk':>12} {'ceiling/core':>12} {'load':>5}")
         for c in (int(x) for x in args.concurrency.split(",")):
             for processes in (1, 2):
                 r = run_client(url, c, args.requests, args.output_len, processes)
                 print(f"{c:>11} {processes:>9} {r['chunks_per_s']:>10,.0f} {r['client_cpu_s']:>12.1f} "
-                      f"{r['wall_s']:>7.1f} {r['cpu_us_per_chunk']:>12.1f} {1e6 / r['cpu_us_per_chunk']:>12,.0f}",
-                      flush=True)
-    finally:
-        server.kill()
+                      f"{r['wall_s']:>7.1f} {r['cpu_us_per_chunk']:>12.1f} {1e6 / r['cpu_us_per_chunk']:>12,.0f} "
+                      f"{os.getloadavg()[0]:>5.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,19 @@ bench_serving is run as shipped (``runpy`` on ``sglang.bench_serving``) with one
 module imports ``FAKE_BOOTSTRAP_HOST`` from ``sglang.srt.disaggregation.utils``, whose package
 imports the multimodal configs and so torchvision, which has no build on the package index
 matching this machine's torch 2.13+cpu. The shim registers that module with the one constant.
+It also needs two packages that ``scripts/setup.sh`` leaves out (``pip install datasets
+transformers==5.19.0``, the version sglang 0.5.23 pins). The last column is the machine's
+1-minute load average after each level: both clients share the cores with the emulator.
 
     python scripts/bench_vs_bench_serving.py [--concurrency 64,256,1024] [--input-len 1024] [--output-len 64] [--waves 3]
+        [--instant-ms MS]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -25,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench_accuracy import emulator
+from bench_client import instant_server
 from search.loadtest import LadderSpec, parse_concurrency, run_ladder
 
 _SHIM = (
@@ -74,14 +80,18 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=1024)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--waves", type=int, default=3, help="requests per level = waves x concurrency")
+    ap.add_argument("--instant-ms", type=float, default=None,
+                    help="instead of the emulator, bench_client.py's instant server pacing one chunk per this "
+                         "many ms per stream: its own TTFT is ~0, so the TTFT measured is the client's")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, emulator() as url:
+    server = emulator() if args.instant_ms is None else instant_server(args.instant_ms / 1000)
+    with tempfile.TemporaryDirectory() as tmp, server as url:
         work = Path(tmp)
         build_tokenizer(work / "tokenizer")
         levels = parse_concurrency(args.concurrency)
         build_dataset(work / "sharegpt.json", args.waves * max(levels))
         print(f"{'streams':>7} {'requests':>8} {'bench_serving tok/s':>19} {'ours tok/s':>10} {'diff':>7} "
-              f"{'bs TTFT p50':>11} {'our TTFT p50':>12} {'bs ITL p50':>10} {'our ITL p50':>11}")
+              f"{'bs TTFT p50/p99':>15} {'our TTFT p50/p99':>16} {'bs ITL p50':>10} {'our ITL p50':>11} {'load':>5}")
         for c in levels:
             n = args.waves * c
             theirs = bench_serving(url, work, c, n, args.input_len, args.output_len)
@@ -90,8 +100,9 @@ def main() -> None:
             ours = run_ladder(url, spec).levels[0]
             diff = (ours.output_throughput - theirs["output_throughput"]) / theirs["output_throughput"]
             print(f"{c:>7} {n:>8} {theirs['output_throughput']:>19,.1f} {ours.output_throughput:>10,.1f} {diff:>+7.2%} "
-                  f"{theirs['median_ttft_ms']:>11.0f} {ours.median_ttft_ms:>12.0f} "
-                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f}", flush=True)
+                  f"{theirs['median_ttft_ms']:>7.0f}/{theirs['p99_ttft_ms']:<7.0f} "
+                  f"{ours.median_ttft_ms:>8.0f}/{ours.p99_ttft_ms:<7.0f} "
+                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f} {os.getloadavg()[0]:>5.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def bench(
         concurrency=parse_concurrency(concurrency),
         input_len=input_len,
         output_len=output_len,
-        duration_s=parse_duration(duration) if duration else (None if requests else 60.0),
+        duration_s=parse_duration(duration) if duration else (None if requests is not None else 60.0),
         requests=requests,
         warmup_s=parse_duration(warmup, "--warmup", allow_zero=True),
         api=api,

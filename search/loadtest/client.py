@@ -2,7 +2,9 @@
 
 Prompts are random token ids of the exact input length (no tokenizer needed, and a fresh
 prompt per request keeps the prefix cache from flattering the result); ``ignore_eos`` with
-``max_tokens`` fixes the output length.
+``max_tokens`` fixes the output length. Chat takes text, not ids: its prompt is ``input_len``
+common words, each a single token in common tokenizers, and the chat template adds its own, so
+the input length counted is the server's ``prompt_tokens`` whenever it reports one.
 """
 
 from __future__ import annotations
@@ -14,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from httpx_sse import SSEError, aconnect_sse
+import aiohttp
 
 from search.loadtest.spec import LadderSpec
 
 # Token ids drawn from a range every common vocabulary (32k and up) covers, past the
 # special tokens at the low end.
 _TOKEN_LO, _TOKEN_HI = 1000, 30000
-# Chat takes text, not ids: short common words, about one token each.
+# Chat takes text, not ids: short common words, each one token in common tokenizers.
 _WORDS = ("the", "of", "and", "to", "in", "is", "it", "for", "on", "as", "at", "by", "we", "or", "an", "be")
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "generate": "/generate"}
+_HEADERS = {"content-type": "application/json"}
 
 
 @dataclass(slots=True)
@@ -33,7 +35,7 @@ class Record:
     """A request's timeline: send time, the arrival time of each content chunk, the end."""
 
     send: float
-    input_tokens: int
+    input_tokens: int  # the server's prompt_tokens once a chunk gives it; until then the length sent
     chunks: list[float] = field(default_factory=list)
     end: float | None = None
     output_tokens: int | None = None  # from the usage chunk; None while unknown
@@ -66,7 +68,7 @@ class Prompts:
         self.api, self.rng = spec.api, rng
         self.head = min(self.HEAD, spec.input_len)
         tail = spec.input_len - self.head
-        if spec.api == "chat":  # chat takes text, not ids: words of about one token each
+        if spec.api == "chat":  # chat takes text, not ids: words of one token each
             self.tails = [" ".join(rng.choice(_WORDS) for _ in range(tail)) for _ in range(self.POOL)]
         else:
             self.tails = [",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(tail))
@@ -79,73 +81,106 @@ class Prompts:
                                     "ignore_eos": True, "stream": True,
                                     "stream_options": {"include_usage": True}})[1:]
 
-    def body(self) -> str:
-        """The JSON text of the next request."""
+    def body(self) -> bytes:
+        """The JSON of the next request."""
         rng, tail = self.rng, self.rng.choice(self.tails)
         if self.api == "chat":
             words = " ".join(rng.choice(_WORDS) for _ in range(self.head))
             content = json.dumps(f"{words} {tail}" if tail else words)
-            return '{"messages": [{"role": "user", "content": ' + content + "}], " + self.rest
+            return ('{"messages": [{"role": "user", "content": ' + content + "}], " + self.rest).encode()
         ids = ",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(self.head))
         ids = f"{ids},{tail}" if tail else ids
         key = "input_ids" if self.api == "generate" else "prompt"
-        return '{"' + key + '": [' + ids + "], " + self.rest
+        return ('{"' + key + '": [' + ids + "], " + self.rest).encode()
 
 
-def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, int | None, int]:
-    """(chunk carries new output, server's output-token count if given, tokens seen so far)."""
+def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, dict[str, Any] | None, int]:
+    """(chunk carries new output, the server's token counts if this chunk has them, tokens seen so far).
+
+    The counts are a dict with ``prompt_tokens`` and ``completion_tokens``: the usage chunk's, or
+    /generate's ``meta_info``, which carries a cumulative count with every chunk.
+    """
     if api == "generate":
-        # /generate streams a cumulative completion_tokens count with every chunk.
-        count = (data.get("meta_info") or {}).get("completion_tokens") or 0
-        return count > seen, count, max(seen, count)
+        meta = data.get("meta_info") or {}
+        count = meta.get("completion_tokens") or 0
+        return count > seen, meta, max(seen, count)
     usage = data.get("usage")
-    count = usage.get("completion_tokens") if usage else None
     choices = data.get("choices")
     if not choices:
-        return False, count, seen
+        return False, usage, seen
     choice = choices[0]
     text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
-    return bool(text), count, seen
+    return bool(text), usage, seen
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, api: str, body: str, record: Record) -> None:
+class _Events:
+    """Server-sent events decoded from raw bytes as they arrive: the data of each complete event.
+
+    Lines end in LF or CRLF; ``data:`` lines of one event are joined with LF as the SSE spec says;
+    other fields and comments are skipped (an OpenAI-style stream has only data).
+    """
+
+    __slots__ = ("rest", "data")
+
+    def __init__(self) -> None:
+        self.rest = b""
+        self.data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *lines, self.rest = (self.rest + chunk).split(b"\n")
+        events = []
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if self.data:
+                    events.append(b"\n".join(self.data))
+                    self.data = []
+            elif line.startswith(b"data:"):
+                self.data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+        return events
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: bytes, record: Record) -> None:
     """Send one request and fill ``record`` as chunks arrive; errors become ``record.error``.
 
-    Events come through httpx-sse: hand-parsing ``aiter_lines`` measured no faster
-    (scripts/bench_client.py), so the spec-complete decoder is kept.
+    Each network read is decoded at once, so a chunk's time is when its bytes were read, as in
+    bench_serving (which reads the same way, through aiohttp).
     """
     seen = 0
+    events = _Events()
     try:
-        async with aconnect_sse(client, "POST", url + PATHS[api], content=body,
-                                headers={"content-type": "application/json"}) as source:
-            if source.response.status_code != 200:
-                await source.response.aread()
-                record.error = f"http_{source.response.status_code}"
+        async with session.post(url + PATHS[api], data=body, headers=_HEADERS) as response:
+            if response.status != 200:
+                await response.read()
+                record.error = f"http_{response.status}"
                 return
-            async for event in source.aiter_sse():
-                if event.data == "[DONE]":
-                    continue  # read on to the body's end: leaving early would close the connection
+            async for chunk in response.content.iter_any():
                 now = time.perf_counter()
-                data = json.loads(event.data)
-                if "error" in data and not data.get("choices"):
-                    record.error = "server_error"
-                    return
-                new, count, seen = _content(api, data, seen)
-                if new:
-                    record.chunks.append(now)
-                if count is not None:
-                    record.output_tokens = count
+                for event in events.feed(chunk):
+                    if event == b"[DONE]":
+                        continue  # read on to the body's end: leaving early would close the connection
+                    data = json.loads(event)
+                    if "error" in data and not data.get("choices"):
+                        record.error = "server_error"
+                        return
+                    new, counts, seen = _content(api, data, seen)
+                    if new:
+                        record.chunks.append(now)
+                    if counts:
+                        record.output_tokens = counts.get("completion_tokens", record.output_tokens)
+                        record.input_tokens = counts.get("prompt_tokens") or record.input_tokens
         record.end = time.perf_counter()
         if not record.chunks:
             record.error = "empty_output"
-    except httpx.ConnectError:
+    except aiohttp.ClientConnectorError:
         record.error = "connect"
-    except httpx.TimeoutException:
+    except asyncio.TimeoutError:
         record.error = "timeout"
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError):
         record.error = "disconnected"
-    except (json.JSONDecodeError, SSEError, AttributeError, TypeError):
-        record.error = "bad_response"
+    except (aiohttp.ClientResponseError, ValueError, AttributeError, TypeError):
+        record.error = "bad_response"  # a malformed HTTP response, JSON or event
     except asyncio.CancelledError:
         record.error = "cancelled"  # still running when its level ended: not a failure
         raise

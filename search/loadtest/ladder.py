@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import aiohttp
 import httpx
 
 from search.errors import BadInput
@@ -27,7 +28,7 @@ from search.loadtest.metrics import (
     relative_half_width,
 )
 from search.loadtest.spec import LadderSpec
-from search.loadtest.streams import Source, Streams, Workers, make_clients
+from search.loadtest.streams import Source, Streams, Workers, make_session
 
 OnLevel = Callable[[LevelResult], bool]
 ShouldAbort = Callable[[], "str | None"]
@@ -77,16 +78,16 @@ def check_reachable(url: str, timeout: float = 5.0) -> None:
         raise BadInput(f"cannot reach {url}: {exc.__class__.__name__} — is the server running?") from None
 
 
-async def _model_name(client: httpx.AsyncClient, url: str, spec: LadderSpec) -> str:
+async def _model_name(session: aiohttp.ClientSession, url: str, spec: LadderSpec) -> str:
     """The served model name from /v1/models (SGLang's OpenAI routes expect it)."""
     if spec.model:
         return spec.model
     try:
-        resp = await client.get(url + "/v1/models")
-        return str(resp.json()["data"][0]["id"])
-    except httpx.ConnectError:
+        async with session.get(url + "/v1/models") as resp:
+            return str((await resp.json(content_type=None))["data"][0]["id"])
+    except aiohttp.ClientConnectorError:
         raise
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError):
         return "default"  # not an OpenAI-style server list: SGLang accepts any name
 
 
@@ -98,8 +99,13 @@ class _Level:
         self.source, self.url, self.spec = source, url, spec
         self.concurrency, self.should_abort = concurrency, should_abort
 
-    def _check(self) -> None:
-        """Raise _Abort when the server died or errors passed the threshold."""
+    def _check(self, final: bool = False) -> None:
+        """Raise _Abort when the server died or errors passed the threshold.
+
+        While the level runs the error rate counts only after a few finished requests (one early
+        failure is not a trend); at the level's end it counts whatever the number, and a level
+        whose every finished request failed aborts whatever the threshold.
+        """
         reason = self.should_abort() if self.should_abort else None
         if reason:
             raise _Abort(reason)
@@ -107,7 +113,8 @@ class _Level:
         if failures["connect"]:
             raise _Abort(f"server died: {_refused(self.url)}")
         failed = sum(failures.values())
-        if finished >= _MIN_FINISHED_FOR_ERROR_RATE and failed > self.spec.max_error_rate * finished:
+        enough = finished >= (1 if final else _MIN_FINISHED_FOR_ERROR_RATE)
+        if enough and (failed > self.spec.max_error_rate * finished or (final and failed == finished)):
             kinds = ", ".join(f"{k}: {n}" for k, n in sorted(failures.items()))
             raise _Abort(f"{failed} of {finished} requests failed ({kinds}), over the "
                          f"{self.spec.max_error_rate:.0%} threshold")
@@ -125,12 +132,12 @@ class _Level:
                 while not self.source.done():
                     await self._tick()
                 await self.source.sync()
-                self._check()
                 result = from_requests(self.concurrency, self.source.records)
             else:
                 result = await self._steady_state()
         finally:
             cpu = await self.source.close()
+        self._check(final=True)  # after close: every request's outcome is in
         result.client_cpu = cpu
         return result
 
@@ -182,10 +189,10 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
     rng = random.Random(spec.seed)
     workers = spec.workers or 1  # None: start in this process, add processes once it is the bottleneck
     async with contextlib.AsyncExitStack() as stack:
-        clients = await make_clients(spec, max(spec.concurrency), stack)
+        session = await stack.enter_async_context(make_session(spec))
         try:
-            model = await _model_name(clients[0], url, spec)
-        except httpx.ConnectError:
+            model = await _model_name(session, url, spec)
+        except aiohttp.ClientConnectorError:
             result.aborted, result.aborted_at = f"server died: {_refused(url)}", spec.concurrency[0]
             return result
         pool: Workers | None = None
@@ -196,7 +203,7 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
                     pool = await asyncio.get_running_loop().run_in_executor(
                         None, Workers, workers, url, spec, model, spec.seed)
                 source: Source = (pool.level(concurrency, spec.requests) if pool else
-                                  Streams(clients, url, spec, Prompts(spec, model, rng), concurrency, spec.requests))
+                                  Streams(session, url, spec, Prompts(spec, model, rng), concurrency, spec.requests))
                 try:
                     level = await _Level(source, url, spec, concurrency, should_abort).run()
                 except _Abort as exc:

@@ -1,9 +1,12 @@
 """A level's closed-loop streams, in this process or spread over worker processes.
 
-One process consumes about 16,000 streamed chunks/s per core (BENCHMARKS.md, client ceiling):
-plenty for the seed's 4,000 tok/s, not for an 8-GPU server streaming 30,000 tokens/s one token
-per chunk. Past that the client, not the server, would set the measured rate, so a level's
-streams can run in worker processes, each with its own event loop and connections. Their
+One process spends about 33 us of CPU per streamed chunk when each read brings one event, as
+from a real server (~30,000 chunks/s per core), and about 3.4 us when reads bring many, as
+from a server that writes whole streams at once (230,000-255,000 chunks/s measured; BENCHMARKS.md,
+client ceiling): plenty for the seed's 4,000 tok/s, about a core for an 8-GPU server streaming
+30,000 tokens/s one token per chunk. Past that the client, not the server, would set the
+measured rate, so a level's streams can run in worker processes, each with its own event loop
+and connections. Their
 records are mirrored into the parent as they grow (every ``FLUSH_S``), so the ladder's windows,
 convergence test and abort checks read one list of records either way. No library spreads one
 asyncio load over processes while keeping per-chunk timestamps, hence the pipes below;
@@ -20,9 +23,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Protocol
 
-import httpx
+import aiohttp
 
 from search.loadtest.client import Prompts, Record, stream_one
 from search.loadtest.spec import LadderSpec
@@ -31,22 +34,16 @@ FLUSH_S = 0.05  # how often a worker sends what its records gained
 _START_TIMEOUT_S = 60.0  # a worker that does not answer by then is broken
 
 
-def make_clients(spec: LadderSpec, n: int, stack: contextlib.AsyncExitStack) -> Any:
-    """``n`` single-connection keep-alive clients (a coroutine giving the list).
+def make_session(spec: LadderSpec) -> aiohttp.ClientSession:
+    """The one HTTP client of a process: keep-alive connections up to the ladder's top level.
 
-    One connection per client: httpcore's pool scans every connection on each request and
-    response (O(pool) per event; at 512 streams in one pool 30M is_idle() calls for 1,024
-    requests), so a shared pool of 1,024 would be the bottleneck.
+    aiohttp, as ``sglang.bench_serving`` uses: on one core it spends about a fifth of httpx's CPU
+    per request and a third per chunk (BENCHMARKS.md, load test), and a wave of requests (a
+    level's start, or a closed loop whose requests end together) is sent one after another
+    through this one event loop, so that cost lands in every request's TTFT.
     """
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    timeout = httpx.Timeout(spec.request_timeout_s, connect=10.0, pool=None)
-    ssl = httpx.create_ssl_context()  # built once: a context per client costs milliseconds each
-
-    async def make() -> list[httpx.AsyncClient]:
-        return [await stack.enter_async_context(httpx.AsyncClient(limits=limits, timeout=timeout, verify=ssl))
-                for _ in range(n)]
-
-    return make()
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=spec.request_timeout_s)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max(spec.concurrency)), timeout=timeout)
 
 
 class Source(Protocol):
@@ -72,7 +69,7 @@ class Streams:
 
     lag = 0.0
 
-    def __init__(self, clients: list[httpx.AsyncClient], url: str, spec: LadderSpec, prompts: Prompts,
+    def __init__(self, session: aiohttp.ClientSession, url: str, spec: LadderSpec, prompts: Prompts,
                  concurrency: int, requests: int | None) -> None:
         self.url, self.spec, self.prompts, self.requests = url, spec, prompts, requests
         self.records: list[Record] = []
@@ -81,15 +78,16 @@ class Streams:
         self.failures: Counter[str] = Counter()
         self.stop = False
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
-        self.tasks = [asyncio.create_task(self._stream(c)) for c in clients[:concurrency]]
+        self.session = session
+        self.tasks = [asyncio.create_task(self._stream()) for _ in range(concurrency)]
 
-    async def _stream(self, client: httpx.AsyncClient) -> None:
+    async def _stream(self) -> None:
         while not self.stop and (self.requests is None or self.issued < self.requests):
             self.issued += 1
-            record = Record(send=time.perf_counter(), input_tokens=self.spec.input_len)
             body = self.prompts.body()
+            record = Record(send=time.perf_counter(), input_tokens=self.spec.input_len)
             self.records.append(record)
-            await stream_one(client, self.url, self.spec.api, body, record)
+            await stream_one(self.session, self.url, self.spec.api, body, record)
             self.finished += 1
             if record.error:
                 self.failures[record.error] += 1
@@ -133,8 +131,7 @@ def _worker_main(conn: Connection, url: str, spec: LadderSpec, model: str, seed:
 
 async def _worker(conn: Connection, url: str, spec: LadderSpec, model: str, seed: int) -> None:
     rng = random.Random(seed)
-    async with contextlib.AsyncExitStack() as stack:
-        clients: list[httpx.AsyncClient] = []
+    async with make_session(spec) as session:
         conn.send(("ready",))
         while True:
             command = conn.recv()  # idle between levels: nothing else runs here
@@ -143,8 +140,7 @@ async def _worker(conn: Connection, url: str, spec: LadderSpec, model: str, seed
             if command[0] != "run":
                 continue  # a "stop" for a level whose streams had already ended
             _, concurrency, requests = command
-            clients += await make_clients(spec, max(0, concurrency - len(clients)), stack)
-            streams = Streams(clients, url, spec, Prompts(spec, model, rng), concurrency, requests)
+            streams = Streams(session, url, spec, Prompts(spec, model, rng), concurrency, requests)
             outbox = _Outbox(streams.records)
             told = None
             while not streams.done():
@@ -248,7 +244,7 @@ class RemoteStreams:
                 record = self._mirror[(worker, d.key)] = Record(send=d.send, input_tokens=d.input_tokens)
                 self.records.append(record)
             record.chunks.extend(d.chunks)
-            record.output_tokens, record.error = d.output_tokens, d.error
+            record.input_tokens, record.output_tokens, record.error = d.input_tokens, d.output_tokens, d.error
             if d.end is not None and record.end is None:
                 record.end = d.end
                 if d.error != "cancelled":  # still running when the level ended: not a request's end

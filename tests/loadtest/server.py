@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -28,7 +32,6 @@ class Server:
         """Signal the server's process group (it leads its own session: only what we started)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
-
 
 
 @contextlib.contextmanager
@@ -59,3 +62,53 @@ def start_emulator(state_dir: Path, landscape: Path | None = None) -> Iterator[S
             server.kill(signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@contextlib.contextmanager
+def stub_server(fail_every: int = 0, usage: bool = True) -> Iterator[str]:
+    """A minimal OpenAI-style server in a thread; yields its URL.
+
+    Every ``fail_every``-th POST (0: none; 1: all) is answered 500; the others stream
+    ``max_tokens`` one-token /v1/completions chunks, then the usage chunk only when ``usage``
+    (a server that ignores ``stream_options``, as some OpenAI-compatible ones do).
+    """
+    posts = itertools.count(1)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, ctype: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._send(200, "application/json", b'{"object":"list","data":[{"id":"stub"}]}')
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if fail_every and next(posts) % fail_every == 0:
+                self._send(500, "application/json", b'{"object":"error","message":"stub failure","code":500}')
+                return
+            n = int(request["max_tokens"])
+            chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " a", "finish_reason": None}]}
+            events = [chunk] * n + ([{"object": "text_completion", "choices": [], "usage": {
+                "prompt_tokens": len(request["prompt"]), "completion_tokens": n,
+                "total_tokens": len(request["prompt"]) + n}}] if usage else [])
+            body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+            self._send(200, "text/event-stream", body.encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

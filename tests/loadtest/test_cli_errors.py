@@ -35,6 +35,7 @@ def test_unreachable_url(capsys: pytest.CaptureFixture[str]) -> None:
         (["--concurrency", "8,x"], "--concurrency: '8,x' is not a comma-separated list of integers"),
         (["--duration", "abc"], "--duration: 'abc' is not a positive duration"),
         (["--duration", "10s", "--requests", "5"], "give exactly one of --duration and --requests"),
+        (["--requests", "0"], "--requests must be at least 1"),
         (["--api", "grpc"], "--api must be one of completions, chat, generate"),
         (["--workers", "many"], "--workers: 'many' is not a number of processes or auto"),
         (["--workers", "0"], "--workers must be at least 1 (or auto)"),

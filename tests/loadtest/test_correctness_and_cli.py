@@ -14,6 +14,7 @@ from search.cli import main
 from search.correctness import PROMPTS, collect_answers, compare
 
 from .server import Server, start_emulator
+from .test_ladder_emulator import modelled
 
 # A fast landscape (the gate is about answers, not speed); the corrupting one differs only there.
 _FAST = '''
@@ -66,6 +67,23 @@ def test_bench_json_on_the_emulator(emulator: Server, capsys: pytest.CaptureFixt
     for lv in out["levels"]:
         assert lv["completed"] == 16 and lv["total_output_tokens"] == 256 and lv["errors"] == {}
         assert lv["output_throughput"] > 0 and lv["p99_itl_ms"] >= lv["median_itl_ms"]
+
+
+@pytest.mark.timing
+def test_bench_json_matches_the_landscape(emulator: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    # What a user reads from `search bench --json`, loosely against the modelled rate.
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", emulator.url, "--concurrency", "16,32", "--input-len", "64", "--output-len", "64",
+              "--duration", "4s", "--warmup", "1s", "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["aborted"] is None and [lv["max_concurrency"] for lv in out["levels"]] == [16, 32]
+    for lv in out["levels"]:
+        rate = modelled(lv["max_concurrency"])
+        assert lv["output_throughput"] == pytest.approx(rate, rel=0.1)
+        assert lv["median_itl_ms"] == pytest.approx(1000 * lv["max_concurrency"] / rate, rel=0.2)
+        assert lv["concurrency"] == pytest.approx(lv["max_concurrency"], rel=0.1)
+        assert lv["errors"] == {}
 
 
 def test_bench_table_on_the_emulator(emulator: Server, capsys: pytest.CaptureFixture[str]) -> None:

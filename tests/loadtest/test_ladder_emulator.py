@@ -66,12 +66,18 @@ def test_on_level_false_prunes_the_rest(emulator: Server) -> None:
     assert result.pruned and result.levels == seen and len(seen) == 1 and seen[0].max_concurrency == 4
 
 
+# The server's prompt_tokens per request for a 32-token prompt: token ids count exactly; chat's
+# 32 one-token words gain the emulator's chat template (4 per message + 3), as SGLang's adds its own.
+_PROMPT_TOKENS = {"completions": 32, "generate": 32, "chat": 32 + 4 + 3}
+
+
 @pytest.mark.parametrize("api", ["completions", "chat", "generate"])
 def test_requests_mode_counts_exact_tokens(emulator: Server, api: str) -> None:
     spec = LadderSpec(concurrency=(4,), input_len=32, output_len=16, requests=12, duration_s=None, api=api)
     lv = run_ladder(emulator.url, spec).levels[0]
     assert lv.errors == {} and lv.completed == 12
     assert lv.total_output_tokens == 12 * 16  # ignore_eos + max_tokens, counted by the server
+    assert lv.total_input_tokens == 12 * _PROMPT_TOKENS[api]  # the server's count, not the setting
     assert 1.0 < lv.concurrency <= 4.0
     assert lv.output_throughput == pytest.approx(lv.total_output_tokens / lv.duration)
 

@@ -13,11 +13,13 @@ from .test_ladder_emulator import modelled
 
 
 def test_requests_over_two_workers_count_exactly(emulator: Server) -> None:
-    spec = LadderSpec(concurrency=(6,), input_len=32, output_len=16, requests=13, duration_s=None, workers=2)
+    spec = LadderSpec(concurrency=(6,), input_len=32, output_len=16, requests=13, duration_s=None, workers=2,
+                      api="chat")
     lv = run_ladder(emulator.url, spec).levels[0]
     assert lv.client_processes == 2 and lv.client_cpu is not None
     assert lv.errors == {} and lv.completed == 13  # 7 + 6 requests, mirrored whole
     assert lv.total_output_tokens == 13 * 16
+    assert lv.total_input_tokens == 13 * (32 + 4 + 3)  # the server's prompt_tokens (chat template) came through
     assert lv.median_itl_ms is not None and lv.median_ttft_ms is not None  # per-chunk times came through
 
 

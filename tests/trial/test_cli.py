@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.trial.conftest import SECRET
 
@@ -13,6 +16,7 @@ def _search(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["search", *args], capture_output=True, text=True, env=dict(os.environ), timeout=120)
 
 
+@pytest.mark.timing  # measures rates against the landscape: run alone
 def test_trial_run_prints_timeline_and_levels_and_exits_0(space_file, tmp_path):
     done = _search("trial", "run", str(space_file), "--emulate", "--trials-dir", str(tmp_path / "trials"),
                    "--study", "first", "--set", "--max-running-requests=8")
@@ -22,6 +26,14 @@ def test_trial_run_prints_timeline_and_levels_and_exits_0(space_file, tmp_path):
     trial = tmp_path / "trials" / "first" / "0"
     assert "--max-running-requests 8" in (trial / "command.sh").read_text()
     assert SECRET not in done.stdout + done.stderr
+    # The landscape's 400 tok/s per stream (cap 8 here, above both levels), loosely: a 16-token
+    # request lasts 40 ms, so the turnaround between requests costs a few per cent.
+    levels = json.loads((trial / "loadtest.json").read_text())["levels"]
+    assert [lv["max_concurrency"] for lv in levels] == [2, 8]
+    for lv in levels:
+        assert lv["output_throughput"] == pytest.approx(400.0 * lv["max_concurrency"], rel=0.15)
+        assert lv["median_itl_ms"] == pytest.approx(1000 / 400.0, rel=0.25)
+        assert lv["errors"] == {}
 
 
 def test_trial_run_crash_exits_1_with_the_one_line_failure(space_file, tmp_path):

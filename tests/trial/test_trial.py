@@ -8,6 +8,7 @@ import signal
 import time
 from pathlib import Path
 
+from search import correctness
 from search.hosts import LocalHost
 from search.hosts.local import _live_pids
 from search.loadtest import LevelResult
@@ -15,7 +16,8 @@ from search.logwatch import PHASES
 from search.profile import render
 from search.space import load_space
 from search.trial import run_trial
-from tests.trial.conftest import SECRET
+from tests.lifecycle.conftest import LANDSCAPE
+from tests.trial.conftest import ECHO_SECRET, SECRET
 
 
 def _all_text(root: Path) -> str:
@@ -60,6 +62,23 @@ def test_completed_trial_measures_and_writes_clean_artifacts(space_file, tmp_pat
                       baseline_answers=["something else"] * len(result.answers))
     assert again.answers == result.answers  # greedy answers are a fingerprint
     assert again.answers_differ is True
+
+
+def test_corrupting_landscape_is_flagged_against_the_baselines_answers(space_file, tmp_path, monkeypatch):
+    space, host = load_space(space_file), LocalHost(emulate=True)
+    baseline = run_trial(space, space.baseline, host, trial_dir=tmp_path / "0", marker="t-baseline")
+    assert baseline.outcome == "completed" and baseline.answers
+    # The same server whose outputs are garbage (NaN logits): the landscape's corrupt() says so.
+    corrupting = tmp_path / "corrupting.py"
+    corrupting.write_text(ECHO_SECRET + LANDSCAPE + "\ndef corrupt(flags, env):\n    return True\n")
+    monkeypatch.setenv("SEARCH_EMULATOR_LANDSCAPE", str(corrupting))
+    broken = run_trial(space, space.baseline, host, trial_dir=tmp_path / "1", marker="t-corrupt",
+                       baseline_answers=baseline.answers)
+    assert broken.outcome == "completed"  # it still serves, and fast: only the answers give it away
+    assert broken.answers_differ is True
+    assert correctness.compare(baseline.answers, broken.answers) == list(range(len(baseline.answers)))
+    saved = json.loads((tmp_path / "1" / "result.json").read_text())
+    assert saved["answers_differ"] is True
 
 
 def test_crash_is_recorded_with_phase_and_host_left_clean(space_file, tmp_path):
