@@ -212,8 +212,8 @@ class SSHHost:
             self._client.close()
         self._client = self._sftp = None
 
-    def _retrying(self, action: Callable[[paramiko.SSHClient], T], *, retry: bool = True) -> T:
-        """Run ``action`` over the connection; after a drop, reconnect and (``retry``: it is idempotent) run it again.
+    def _retrying(self, action: Callable[[], T], *, retry: bool = True) -> T:
+        """Run ``action`` (it uses the connection); after a drop, reconnect and (``retry``: it is idempotent) run it again.
 
         The one place a connection error becomes an InfrastructureFault: callers (the trial's
         finally, the health thread, the study) handle host faults, never paramiko's exceptions.
@@ -221,7 +221,7 @@ class SSHHost:
         error: Exception | None = None
         for _ in range(2 if retry else 1):
             try:
-                return action(self._connected())
+                return action()
             except _CONNECTION_ERRORS as exc:
                 error = exc
                 with self._lock:
@@ -245,10 +245,20 @@ class SSHHost:
 
     # ------------------------------------------------------------------ commands
 
-    def _exec(self, client: paramiko.SSHClient, command: str, stdin: bytes, timeout: float) -> tuple[int, str, str]:
-        transport = client.get_transport()
-        assert transport is not None
-        channel = transport.open_session(timeout=self.config.connect_timeout)
+    def _open_session(self) -> paramiko.Channel:
+        """A new channel on the live connection, opened while no other thread opens one or drops it.
+
+        paramiko keeps why a channel was refused in one slot per connection, cleared when read:
+        concurrent openers (the trial, its health check, its telemetry) took each other's reason,
+        and a drop by one under another's open left only "Unable to open channel." or EOFError.
+        """
+        with self._lock:
+            transport = self._connected().get_transport()
+            assert transport is not None
+            return transport.open_session(timeout=self.config.connect_timeout)
+
+    def _exec(self, command: str, stdin: bytes, timeout: float) -> tuple[int, str, str]:
+        channel = self._open_session()
         try:
             channel.exec_command(command)
             if stdin:
@@ -287,7 +297,7 @@ class SSHHost:
         """
         command = command_line(argv, {**self.config.env, **(env or {})})
         data = stdin.encode()
-        return self._retrying(lambda client: self._exec(client, command, data, timeout), retry=retry)
+        return self._retrying(lambda: self._exec(command, data, timeout), retry=retry)
 
     def run(self, argv: Sequence[str], stdin: str = "", *, timeout: float = _COMMAND_TIMEOUT_S) -> str:
         """stdout of ``argv`` there; RunFailed quoting stderr's last line on a non-zero exit.
@@ -433,7 +443,7 @@ class SSHHost:
         A connection dropped mid-copy reconnects and copies everything again (each file is
         rewritten whole), so a trial's results survive a blip during teardown.
         """
-        return self._retrying(lambda _client: _copy_tree(self.sftp(), remote_dir, local_dir, skip))
+        return self._retrying(lambda: _copy_tree(self.sftp(), remote_dir, local_dir, skip))
 
 
 def _copy_tree(sftp: paramiko.SFTPClient, remote_dir: str, local_dir: Path, skip: Sequence[str] = ()) -> list[Path]:
@@ -480,7 +490,7 @@ class SSHServer:
         """Append what the remote log gained since the offset; the complete lines of it."""
         remote = f"{self.run_dir}/server.log"
 
-        def read(_client: paramiko.SSHClient) -> bytes:
+        def read() -> bytes:
             sftp = self.host.sftp()
             try:
                 size = sftp.stat(remote).st_size or 0

@@ -114,11 +114,18 @@ LogLevel ERROR
         )
 
     def stop(self) -> None:
-        """Stop the listener and every session it serves (by pid: only what this fixture started)."""
+        """Stop the listener and every session it serves (by pid: only what this fixture started).
+
+        A client reconnecting right after the cut must not get a session on the old settings that
+        outlives the listener. So the listener is paused (it forks nothing more), its sessions are
+        cut while they are still its children, and it is killed without running again: resumed to
+        see a SIGTERM, it could still accept a connection waiting in its backlog first.
+        """
         if self.process is None:
             return
+        self.process.send_signal(signal.SIGSTOP)
         self.cut_sessions()
-        self.process.terminate()
+        self.process.kill()  # the waiting connections are reset
         self.process.wait(10)
         self.process = None
 

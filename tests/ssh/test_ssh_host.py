@@ -248,6 +248,36 @@ def test_every_connection_error_after_the_retry_is_an_infrastructure_fault(tmp_p
         failing.stop()
 
 
+
+def test_commands_refused_on_several_threads_at_once_each_name_the_refusal(tmp_path: Path) -> None:
+    """The trial, its health check and its telemetry share one connection. paramiko keeps the reason
+    a channel was refused in one slot per connection, read once: openers racing on it (or one
+    dropping the connection under another's open) got a bare "Unable to open channel." instead."""
+    from tests.ssh.conftest import start_sshd
+
+    failing = start_sshd(tmp_path / "sshd", "MaxSessions 0")
+    host = SSHHost(failing.host())
+    messages: list[str] = []
+
+    def refused() -> None:
+        for _ in range(5):
+            try:
+                host.run(["true"])
+            except InfrastructureFault as exc:
+                messages.append(str(exc))
+
+    threads = [threading.Thread(target=refused) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        host.close()
+        failing.stop()
+    assert len(messages) == 30
+    assert all("ChannelException over SSH (also after reconnecting)" in m for m in messages), set(messages)
+
 # A stand-in server with a result big enough that copying it back takes a while.
 _BIG_RESULT_SERVER = """
 import os, time
