@@ -361,12 +361,14 @@ class LogClassifier:
         return not (self.signatures.frame.search(msg) or self.signatures.exception.search(msg))
 
     def _note_advice(self, raw: str) -> None:
-        """Keep a line after the failure that names a flag (not the failure line itself)."""
+        """Keep a line after the failure that names a flag (not the failure line itself), once:
+        with TP > 1 every rank prints the same advice, and how many ranks get to before the
+        verdict is timing, not information."""
         sig = self.signatures
-        msg = self.message(raw)
+        msg = self.message(raw).strip()
         if (len(self.advice) < sig.advice_lines and raw != self.failure.line and sig.advice.search(msg)
-                and not sig.frame.search(msg)):
-            self.advice.append(msg.strip())
+                and not sig.frame.search(msg) and msg not in self.advice):
+            self.advice.append(msg)
 
     def _enter(self, phase: str, line: str, now: float) -> Event:
         self.phase = phase

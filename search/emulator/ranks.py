@@ -127,13 +127,15 @@ class Rank:
         self.enter("loading")
         total, seconds = self.plan["shards"], self.seconds["loading"]
         shard_gib = self.plan["weights_gib"] / total
-        # On a GPU another process fills, the shards that fit load, then the next one OOMs.
+        # On a GPU another process fills, the shards that fit load, then the next one OOMs while
+        # it loads: never at once, so a rank on a free GPU raising at the balance check (no work
+        # after the collective) is first, as it is on real GPUs.
         fits = int(self.free_gib(self.rank) // shard_gib) if self.occupant else total
         bar = self.log.bar("shards_bar", total, seconds, self.log.words["shards_desc"]) if self.rank == 0 else None
         for done in range(1, total + 1):
+            self.sleep(seconds / total)
             if done > fits:
                 self.crash("loading", self.shard_oom(shard_gib, fits))
-            self.sleep(seconds / total)
             if bar:
                 bar.update()
             if done == max(1, total // 2):

@@ -198,12 +198,14 @@ def test_memory_balance_check_as_sglang_does_it(start, small_landscape, tmp_path
     gpu_state.write(state, gpu_state.GpuState(index=1, pid=os.getpid(), memory_used_mib=90000))
     shared = {**small_landscape, "SEARCH_EMULATOR_STATE_DIR": str(state)}
     try:
+        # One after another: each reads the state its predecessor's ranks left on GPU 0.
         checked = start(["--model-path", "m", "--tp", "2"], **shared)
+        assert checked.wait_exit() != 0
         warned = start(["--model-path", "m", "--tp", "2"], SEARCH_EMULATOR_SGLANG_VERSION="0.5.9",
                        SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK="false", **shared)
+        assert warned.wait_exit() != 0
         single = start(["--model-path", "m", "--base-gpu-id", "1"], **shared)
-        for server in (checked, warned, single):
-            assert server.wait_exit() != 0
+        assert single.wait_exit() != 0
     finally:
         os.close(fd)
     least, local = (97887 - 90000) / 1024, (97887 - 2) / 1024

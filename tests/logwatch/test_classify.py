@@ -140,6 +140,16 @@ def test_advice_lines_after_a_failure_are_kept() -> None:
     assert quiet.advice == []
 
 
+def test_advice_printed_by_every_rank_is_kept_once() -> None:
+    """With TP > 1 each rank prints the same advice; how many do before the verdict is timing."""
+    c = LogClassifier("0.5.23")
+    c.feed("[2026-03-01 09:00:00 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory.")
+    for rank in range(3):
+        c.feed(f"[2026-03-01 09:00:01 TP{rank}] 1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)")
+    assert c.failure is not None and c.failure.name == "oom"
+    assert c.advice == ["1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)"]
+
+
 @pytest.mark.parametrize(
     "frame",
     [
