@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,32 @@ def write_space(root: Path, time_scale: float) -> Path:
         },
         baseline={"--chunked-prefill-size": 8192, "--moe-runner-backend": "flashinfer_cutlass"},
     )
+
+
+def study_command(tmp_path: Path, study: str, ray_args: list[str], n_trials: int, *,
+                  remeasure: int = 1, seed: int = 0) -> list[str]:
+    """`search study run` on the toy space (written under ``tmp_path``), its study in
+    ``tmp_path/studies.db`` and artifacts in ``tmp_path/trials``."""
+    return ["search", "study", "run", str(write_space(tmp_path, time_scale=0.01)), "--study", study, *ray_args,
+            "--emulate", "--n-trials", str(n_trials), "--remeasure", str(remeasure), "--seed", str(seed),
+            "--storage", f"sqlite:///{tmp_path / 'studies.db'}", "--trials-dir", str(tmp_path / "trials")]
+
+
+@contextmanager
+def driver(tmp_path: Path, study: str, ray_args: list[str], n_trials: int,
+           env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """`study_command` run as a separate process (the driver) logging to ``tmp_path/driver.log``;
+    killed on the way out if still running."""
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(study_command(tmp_path, study, ray_args, n_trials), stdout=out,
+                                stderr=subprocess.STDOUT, cwd=tmp_path,
+                                env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})})
+        try:
+            yield proc, log
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 @dataclass

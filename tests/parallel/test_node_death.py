@@ -6,7 +6,6 @@ its agent gets no trial."""
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,16 +18,16 @@ from optuna.trial import TrialState
 from search.parallel import RayRunner
 from search.space import Space
 from search.study import Hooks
-from tests.parallel.conftest import LocalCluster, drain, host_of, job, marker_processes, write_space
+from tests.parallel.conftest import LocalCluster, drain, driver, host_of, job, marker_processes
 
 N_TRIALS = 4
 STUDY = "ray-node"
 
 
-def _power_off_mid_trial(cluster: LocalCluster, driver: subprocess.Popen, timeout: float = 120.0) -> tuple[str, str]:
+def _power_off_mid_trial(cluster: LocalCluster, proc: subprocess.Popen, timeout: float = 120.0) -> tuple[str, str]:
     """Power off the host running a non-baseline trial once its server is up: (its marker, the host)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and driver.poll() is None:
+    while time.monotonic() < deadline and proc.poll() is None:
         for pid, marker in marker_processes(STUDY).items():
             host = host_of(pid)
             if int(marker.removeprefix(f"search-{STUDY}-").split("-")[0]) >= 1 and host is not None:
@@ -40,22 +39,10 @@ def _power_off_mid_trial(cluster: LocalCluster, driver: subprocess.Popen, timeou
 
 @pytest.mark.timeout(300)
 def test_a_host_that_dies_costs_only_its_trial(fresh_cluster: LocalCluster, tmp_path: Path) -> None:
-    space = write_space(tmp_path, time_scale=0.01)
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
-    log = tmp_path / "driver.log"
-    with log.open("w") as out:
-        driver = subprocess.Popen(
-            ["search", "study", "run", str(space), "--study", STUDY, "--emulate", "--n-trials", str(N_TRIALS),
-             "--remeasure", "1", "--seed", "0", "--storage", storage, "--trials-dir", str(tmp_path / "trials"),
-             "--ray"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": fresh_cluster.address})
-        try:
-            lost_marker, dead = _power_off_mid_trial(fresh_cluster, driver)
-            assert driver.wait(timeout=240) == 0, log.read_text()
-        finally:
-            if driver.poll() is None:
-                driver.kill()
+    with driver(tmp_path, STUDY, ["--ray"], N_TRIALS, env={"RAY_ADDRESS": fresh_cluster.address}) as (proc, log):
+        lost_marker, dead = _power_off_mid_trial(fresh_cluster, proc)
+        assert proc.wait(timeout=240) == 0, log.read_text()
     text = log.read_text()
     trials = optuna.load_study(study_name=STUDY, storage=storage).trials
     alive = next(h for h in fresh_cluster.hosts if h != dead)

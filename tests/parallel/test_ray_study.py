@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from search.cli import app
 
-from tests.parallel.conftest import LocalCluster, marker_processes, parent, write_space
+from tests.parallel.conftest import LocalCluster, driver, marker_processes, parent, study_command
 
 N_TRIALS = 8
 
 
-def _watch(driver: subprocess.Popen, name: str, timeout: float = 200.0) -> tuple[str, int]:
+def _watch(proc: subprocess.Popen, name: str, timeout: float = 200.0) -> tuple[str, int]:
     """Until the driver exits: SIGKILL the Ray worker running the first non-baseline trial whose server
     is up, and count the most trial servers alive at one moment (the killed one aside).
 
@@ -30,7 +30,7 @@ def _watch(driver: subprocess.Popen, name: str, timeout: float = 200.0) -> tuple
     """
     deadline = time.monotonic() + timeout
     killed, most = "", 0
-    while driver.poll() is None:
+    while proc.poll() is None:
         assert time.monotonic() < deadline, "the study did not finish"
         servers = marker_processes(name)
         most = max(most, len(set(servers.values()) - {killed}))
@@ -51,21 +51,10 @@ def _watch(driver: subprocess.Popen, name: str, timeout: float = 200.0) -> tuple
 
 @pytest.mark.timeout(240)
 def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, tmp_path: Path) -> None:
-    space = write_space(tmp_path, time_scale=0.01)
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
-    log = tmp_path / "driver.log"
-    with log.open("w") as out:
-        driver = subprocess.Popen(
-            ["search", "study", "run", str(space), "--study", "ray-kill", "--ray", ray_cluster.address, "--emulate",
-             "--n-trials", str(N_TRIALS), "--remeasure", "1", "--seed", "0", "--storage", storage,
-             "--trials-dir", str(tmp_path / "trials")],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-        try:
-            killed_marker, side_by_side = _watch(driver, "ray-kill")
-            assert driver.wait() == 0, log.read_text()
-        finally:
-            if driver.poll() is None:
-                driver.kill()
+    with driver(tmp_path, "ray-kill", ["--ray", ray_cluster.address], N_TRIALS) as (proc, log):
+        killed_marker, side_by_side = _watch(proc, "ray-kill")
+        assert proc.wait() == 0, log.read_text()
     text = log.read_text()
     study = optuna.load_study(study_name="ray-kill", storage=storage)
     trials = study.trials
@@ -105,10 +94,8 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
 
 @pytest.mark.timeout(180)
 def test_ctrl_c_tears_down_every_host_and_the_same_command_resumes(ray_cluster: LocalCluster, tmp_path: Path) -> None:
-    space = write_space(tmp_path, time_scale=0.01)
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
-    command = ["search", "study", "run", str(space), "--study", "ray-ctrl-c", "--ray", ray_cluster.address, "--emulate",
-               "--n-trials", "3", "--remeasure", "0", "--seed", "1", "--storage", storage]
+    command = study_command(tmp_path, "ray-ctrl-c", ["--ray", ray_cluster.address], 3, remeasure=0, seed=1)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
     try:
