@@ -17,7 +17,13 @@ problem; the strategy adds what we know:
   SGLang's advice lines ("set --mem-fraction-static to a smaller value"), and a failure that
   names no flag gets SGLang's usual advice for its kind (``signatures/advice.yaml``); the advised
   parameter moves one grid step that way (two if the first repair crashes too);
-- when the centre moves, each one-flag change that won on an earlier centre is tried on the new one;
+- when the centre moves, each one-flag change that won on an earlier centre is tried on the new one
+  (once: a change whose revisit lost is not tried again);
+- the running-batch cap is read off the ladder: a level runs min(concurrency, cap) requests, so the
+  levels of the centre (and of configs differing from it only in the cap) trace throughput against
+  the running batch; where that curve peaks inside the ladder, the cap at the peak is tried next.
+  The centre is preferably a config whose cap lets every level run in full, so its ladder shows
+  what the other flags do to the whole curve;
 - a conditional parameter the best config leaves inactive (the graph batch cap while graphs are
   off) is swept from the best config where it is active; the other choices of an unordered
   categorical (a backend) whose one screen showed nothing are swept last;
@@ -27,7 +33,7 @@ problem; the strategy adds what we know:
   the rest of the ladder as fast as any completed trial did, is pruned after that level;
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
   it); a choice that crashed alone in the sweep is not started again unless it was out of memory
-  (a threshold that moves with other flags); an exact repeat of a measured
+  (a threshold that moves with other flags); an exact repeat of a measured or running
   config is not started again (noise is handled by the end-of-study re-measurement instead);
 - the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
   measurements of similar configs, not by the single luckiest measurement;
@@ -85,6 +91,9 @@ SCREEN = True  # False: sweep every parameter in the space's order (the benchmar
 _SCREEN_REF = "centre_score"  # user attr of a sweep move: its centre's score when it was planned
 _FROM = "sweep_from"  # ... and the centre's value of the swept parameter
 _SKIPPED = "skipped"
+_LADDER = "level_concurrency"  # user attr: the concurrency of each ladder level reported so far
+# SGLang's cap on the running batch: a ladder level runs min(concurrency, cap) requests at once.
+CAP = "--max-running-requests"
 _PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
 # A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
 NOISE_MARGIN = 0.04
@@ -309,6 +318,50 @@ def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: in
     return (side[-1] if how == "down" else side[0]) if side else None
 
 
+def running_points(trials: Iterable[FrozenTrial]) -> list[tuple[float, float]]:
+    """(running batch, mean tok/s) over the ladder levels of ``trials``: a level runs
+    min(concurrency, the trial's cap) requests at once."""
+    seen: dict[float, list[float]] = {}
+    for t in trials:
+        ladder = t.user_attrs.get(_LADDER) or []
+        limit = t.params.get(CAP)
+        for step, value in t.intermediate_values.items():
+            if step < len(ladder):
+                running = float(min(ladder[step], limit) if isinstance(limit, (int, float)) else ladder[step])
+                seen.setdefault(running, []).append(float(value))
+    return sorted((r, sum(v) / len(v)) for r, v in seen.items())
+
+
+def running_peak(points: Sequence[tuple[float, float]]) -> float | None:
+    """The running batch where throughput peaks, when the peak lies inside ``points`` and the curve
+    falls beyond it by more than noise: the vertex of a parabola through it and its neighbours (in
+    log batch size), kept between them. None otherwise."""
+    if len(points) < 3:
+        return None
+    i = max(range(len(points)), key=lambda j: points[j][1])
+    if i in (0, len(points) - 1) or points[i][1] < points[i + 1][1] * (1.0 + NOISE_MARGIN):
+        return None
+    (x0, y0), (x1, y1), (x2, y2) = ((math.log(r), v) for r, v in points[i - 1:i + 2])
+    den = (x0 - x1) * (x0 - x2) * (x1 - x2)  # the parabola through three unequally spaced points
+    a = (x2 * (y1 - y0) + x1 * (y0 - y2) + x0 * (y2 - y1)) / den
+    b = (x2 * x2 * (y0 - y1) + x1 * x1 * (y2 - y0) + x0 * x0 * (y1 - y2)) / den
+    x = -b / (2 * a) if a < 0 else x1
+    return math.exp(min(max(x, x0), x2))
+
+
+def nearest(dist: BaseDistribution, value: float) -> Any | None:
+    """The value of ``dist`` closest to ``value`` (its step honoured; a categorical's numeric
+    choices, closest in log scale), or None for a categorical without positive numbers."""
+    if isinstance(dist, CategoricalDistribution):
+        numbers = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0]
+        return min(numbers, key=lambda c: abs(math.log(c) - math.log(value))) if numbers else None
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    x = min(max(value, dist.low), dist.high)
+    if dist.step:
+        x = min(dist.low + round((x - dist.low) / dist.step) * dist.step, dist.high)
+    return int(round(x)) if isinstance(dist, IntDistribution) else float(x)
+
+
 def _constraint_sum(trial: FrozenTrial) -> float:
     return sum(v for v in (trial.constraints or {}).values() if v > 0)
 
@@ -364,7 +417,7 @@ class Strategy:
             config = self.space.suggest(trial)
             if not self.guided or trial.user_attrs.get(_TAG) in ("baseline", "known", "partner"):
                 break
-            reason = self._skip_reason(study, config)
+            reason = self._skip_reason(study, config, asking=trial.number)
             if reason is None:
                 break
             self._tell_skipped(study, trial, config, reason)
@@ -400,13 +453,19 @@ class Strategy:
                 found.setdefault(name, []).append(t.params[name])
         return found
 
-    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any]) -> str | None:
+    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any], asking: int | None = None) -> str | None:
+        """Why ``config`` should not run: a known crash, or the config of a finished or running trial
+        (parallel asks see each other's configs only through this: GPSampler has no constant liar).
+        ``asking`` is the trial being asked, itself running."""
         for name, values in self.known_crashes(study).items():
             if name in config and config[name] in values:
                 return f"{name}={config[name]!r} crashed when the sweep tried it alone"
         for t in self._finished(study):
             if _same(t.params, config):
                 return f"same config as trial {t.number}"
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number != asking and _SKIPPED not in t.user_attrs and _same(t.params, config):
+                return f"same config as running trial {t.number}"
         return None
 
     def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:
@@ -429,11 +488,15 @@ class Strategy:
         those within NOISE_MARGIN of the best, the one with the fewest changes from the baseline
         wins, so a change that only won by noise does not ride along (and block later moves). With
         nothing working yet, the baseline: the sweep then looks for the change that fixes its crash.
+        Capped trials (a cap below the ladder's top) are centres only while no other works: the
+        cap hides what other flags do to the running-batch curve (more KV memory moves its peak),
+        and each centre gets its own cap read off its ladder (`_plan_cap`).
         """
-        feasible = [t for t in self._working(study)
+        working = [t for t in self._working(study) if not self._capped(t)] or self._working(study)
+        feasible = [t for t in working
                     if t.state == TrialState.COMPLETE and _constraint_sum(t) <= 0 and t.value is not None]
         scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
-            (t, max(t.intermediate_values.values())) for t in self._working(study) if t.intermediate_values]
+            (t, max(t.intermediate_values.values())) for t in working if t.intermediate_values]
         if not scored:
             return dict(self.space.baseline), False
         top = max(v for _, v in scored)
@@ -480,8 +543,8 @@ class Strategy:
         A batch is one parameter's alternative values (or one crash's partner moves); the next
         starts only when the previous batch has finished, so each varies the best config so far
         (greedy); hosts that are free meanwhile take sampler trials.
-        Order: repairs of a move that crashed and revisits of earlier wins on a moved centre
-        (whenever there are any); a screen of every parameter; the one-flag sweep (pass 0: every
+        Order: repairs of a move that crashed, revisits of earlier wins on a moved centre and the
+        cap read off the centre's ladder (whenever there are any); a screen of every parameter; the one-flag sweep (pass 0: every
         choice and a coarse grid) of the parameters whose screen mattered, biggest effect first;
         sweeps of parameters inactive at the centre; the combined trial; the rest of the unordered
         categoricals; then numeric refinement (pass 1: neighbours at a quarter of the range).
@@ -500,7 +563,8 @@ class Strategy:
             if self._enqueue(study, variants, {_TAG: "sweep", _SWEEP_PARAM: "named by the crash", _SWEEP_PASS: 0,
                                                _SWEEP_FROM_WORKING: False}):
                 return
-        if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)):
+        if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)
+                        or self._plan_cap(study, centre)):
             return
         if SCREEN and self._plan_screen(study, centre, working):
             return
@@ -674,22 +738,56 @@ class Strategy:
 
         A faster backend found before the cap was removed is still likely faster after; without
         this it is left to the sampler. Best win first, one trial per batch; a change is revisited
-        only where the centre still holds the value it was measured against.
+        only where the centre still holds the value it was measured against, and no more once a
+        revisit of it lost (its first win was likely noise, or is gone on the moved centre).
         """
         wins: list[tuple[float, str, Any]] = []
-        for t in self._working(study):
+        lost: set[tuple[str, Any]] = set()
+        for t in self._finished(study):
             name, ref, score = t.user_attrs.get(_SWEEP_PARAM), t.user_attrs.get(_SCREEN_REF), self._score(t)
-            if (name in centre and _FROM in t.user_attrs and centre[name] == t.user_attrs[_FROM]
-                    and t.params.get(name, centre[name]) != centre[name] and ref and score
-                    and score > ref * (1.0 + REVISIT_MARGIN)):
-                wins.append((score / ref, name, t.params[name]))
+            if name not in centre or _FROM not in t.user_attrs:
+                continue
+            won = bool(ref and score and score > ref * (1.0 + REVISIT_MARGIN))
+            if t.user_attrs.get(_SWEEP_PASS) == "revisit" and not won:
+                lost.add((name, t.params.get(name)))
+            elif won and centre[name] == t.user_attrs[_FROM] and t.params.get(name, centre[name]) != centre[name]:
+                wins.append((score / ref, name, t.params[name]))  # type: ignore[operator]
         ref = self._centre_score(study, centre)
         for _, name, value in sorted(wins, key=lambda w: -w[0]):
+            if (name, value) in lost:
+                continue
             attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: "revisit", _SWEEP_FROM_WORKING: True,
                      _SCREEN_REF: ref, _FROM: centre[name]}
             if self._enqueue(study, [{**centre, name: value}], attrs):
                 return True
         return False
+
+    def _capped(self, trial: FrozenTrial) -> bool:
+        """Whether the trial's cap kept a ladder level from running all its requests at once."""
+        cap, ladder = trial.params.get(CAP), trial.user_attrs.get(_LADDER) or []
+        return isinstance(cap, (int, float)) and not isinstance(cap, bool) and bool(ladder) and cap < max(ladder)
+
+    def _plan_cap(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
+        """Try the cap at which the centre's ladder says throughput peaks, when the peak is inside it.
+
+        The levels of the centre and of trials differing from it only in the cap all sample one
+        curve, throughput against the running batch. A peak with lower points on both sides (past
+        it, KV-cache pressure retracts requests) is located by a parabola through the three points;
+        capping there lets the higher levels run at the peak. Read once per such slice: later reads
+        would chase the noise of the capped runs.
+        """
+        dist = self._dists.get(CAP)
+        if dist is None or CAP not in centre:
+            return False
+        rest = {k: v for k, v in centre.items() if k != CAP}
+        slice_ = [t for t in self._finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
+        if any(t.user_attrs.get(_SWEEP_PASS) == "ladder" for t in slice_):
+            return False
+        peak = running_peak(running_points(t for t in slice_ if t.constraints.get("crashed", 0) <= 0))
+        value = None if peak is None else nearest(dist, peak)
+        # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
+        attrs = {_TAG: "sweep", _SWEEP_PARAM: CAP, _SWEEP_PASS: "ladder", _SWEEP_FROM_WORKING: True}
+        return value is not None and self._enqueue(study, [{**centre, CAP: value}], attrs)
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
@@ -699,6 +797,7 @@ class Strategy:
         best completed, feasible trial at the same step.
         """
         trial.report(value, step)
+        trial.set_user_attr(_LADDER, [*list(trial.user_attrs.get(_LADDER, []))[:step], concurrency])
         if not self.guided:
             return True
         target = self.space.targets.get(concurrency)

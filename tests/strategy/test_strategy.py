@@ -411,3 +411,69 @@ def test_top_ranks_by_the_pooled_estimate_not_the_luckiest_measurement() -> None
     best = strategy.top(study, 1)[0]
     assert best.params["--moe-runner-backend"] == "flashinfer_cutlass"
     assert max(study.trials, key=lambda t: t.value).params["--moe-runner-backend"] == "cutlass"
+
+
+def test_running_peak_is_read_only_inside_the_ladder() -> None:
+    from search.strategy import running_peak
+    peak = running_peak([(64.0, 900.0), (256.0, 2000.0), (512.0, 1800.0), (1024.0, 1000.0)])
+    assert peak is not None and 64.0 < peak < 512.0
+    assert running_peak([(64.0, 900.0), (256.0, 1500.0), (512.0, 1800.0)]) is None  # still rising
+    assert running_peak([(64.0, 900.0), (256.0, 2000.0), (512.0, 1980.0)]) is None  # flat within noise
+
+
+def _run_ladder(strategy: Strategy, study: optuna.Study, values: list[float]) -> tuple[optuna.Trial, dict]:
+    """Ask the next trial, report ``values`` up the fixture's ladder, and tell it completed."""
+    trial, config = strategy.ask(study)
+    for step, (concurrency, value) in enumerate(zip(LADDER, values)):
+        strategy.on_level(study, trial, step, concurrency, value)
+    strategy.tell(study, trial, "completed", objective=max(values))
+    return trial, config
+
+
+def test_the_cap_is_read_off_the_ladder_and_a_capped_trial_is_no_centre() -> None:
+    """An uncapped config's ladder peaks at 256 running requests and falls past it (KV pressure):
+    the next move caps it near the peak. That capped trial measuring higher does not become the
+    centre while the uncapped config works: its ladder would hide the curve from other flags."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    uncapped = {**space.baseline, "--max-running-requests": 2048}
+    strategy.start(study, known=[uncapped])
+    _run_ladder(strategy, study, [900.0] * 4)  # the baseline: capped at 64, every level runs 64
+    _run_ladder(strategy, study, [900.0, 2000.0, 1800.0, 1000.0])
+    trial, config = _run_ladder(strategy, study, [900.0, 2000.0, 2100.0, 2100.0])
+    assert trial.user_attrs["sweep_pass"] == "ladder"
+    assert 64 < config["--max-running-requests"] < 512
+    assert config == {**uncapped, "--max-running-requests": config["--max-running-requests"]}
+    assert strategy._centre(study) == (uncapped, True)
+    nxt, _ = strategy.ask(study)
+    assert nxt.user_attrs.get("sweep_pass") != "ladder"  # read once per slice
+
+
+def test_a_change_whose_revisit_lost_is_not_revisited_again() -> None:
+    """The backend won 3% on the baseline but loses on the centre with a lower memory fraction;
+    when NCCL channels move the centre again, the backend is not tried a third time."""
+    space, strategy, study = _started()
+    revisits = []
+    for _ in range(30):
+        trial, config = strategy.ask(study)
+        if trial.user_attrs.get("sweep_pass") == "revisit":
+            revisits.append({k: v for k, v in config.items() if v != space.baseline.get(k)})
+        low_mem = config["--mem-fraction-static"] == 0.80
+        value = 1000.0 * (2.0 if low_mem else 1.0) * (1.5 if config["NCCL_MIN_NCHANNELS"] == 32 else 1.0) \
+            * (1.03 if config["--moe-runner-backend"] == "auto" and not low_mem else 1.0)
+        strategy.tell(study, trial, "completed", objective=value)
+    centre, _ = strategy._centre(study)
+    assert centre["NCCL_MIN_NCHANNELS"] == 32 and centre["--mem-fraction-static"] == 0.80
+    assert [r.get("--moe-runner-backend") for r in revisits].count("auto") == 1
+
+
+def test_a_config_already_running_is_not_started_twice() -> None:
+    """Parallel asks: a planned or sampled config equal to a running trial's is told, not run."""
+    space, strategy, study = _started()
+    running, config = strategy.ask(study)
+    study.enqueue_trial(dict(config), user_attrs={"strategy": "sweep"})
+    other, _ = strategy.ask(study)
+    skipped = study.trials[running.number + 1]
+    assert skipped.state == TrialState.FAIL and skipped.user_attrs["skipped"] == f"same config as running trial {running.number}"
+    assert other.number > skipped.number and study.trials[running.number].state == TrialState.RUNNING
