@@ -14,6 +14,7 @@ import optuna
 
 from search import results
 from search.errors import BadInput
+from search.output import write_output
 from search.profile import LaunchProfile, render, to_json, to_sglang_config, to_shell
 from search.study import space_of
 
@@ -39,8 +40,4 @@ def export(study: optuna.Study, fmt: str, *, number: int | None = None, out: Pat
     if out is None:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", study.study_name)
         out = DEFAULT_DIR / f"{safe}-trial{chosen}.{ext}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(write(prof), encoding="utf-8")
-    if fmt == "shell":
-        out.chmod(0o755)
-    return out
+    return write_output(out, write(prof), executable=fmt == "shell")

@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 from search import results
 from search.errors import BadInput
 from search.logwatch import PHASES
+from search.output import write_output
 from search.space import Space
 from search.study import DEFAULT_STORAGE, REMEASURE_GPU_ATTR, remeasured, space_of
 
@@ -619,8 +620,5 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
 
 def write(study: optuna.Study, out: Path, storage: str = DEFAULT_STORAGE) -> Path:
     """Render the report into ``out`` (parents created) and return the path."""
-    text = render(study, storage)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    return out
+    return write_output(out, render(study, storage))
 

@@ -58,10 +58,13 @@ def test_unreadable_or_unwritable_paths_are_bad_input(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert _one_error_line(done) == (f"error: cannot read space file {tmp_path}: Is a directory; "
                                      "give the path of a spaces/*.yaml file")
-    target = tmp_path / "missing" / "x.sh"
+    made = tmp_path / "missing" / "x.sh"  # a missing directory is made, as export and report do
+    assert _search("space", "render", str(SPACES / "demo.yaml"), "--baseline", "-o", str(made)).returncode == 0
+    assert made.read_text().startswith("#!") and made.stat().st_mode & 0o111
+    target = made / "y.sh"  # under a file
     done = _search("space", "render", str(SPACES / "demo.yaml"), "--baseline", "-o", str(target))
     assert done.returncode == 2
-    assert _one_error_line(done).startswith(f"error: cannot write {target}: No such file or directory; ")
+    assert _one_error_line(done).startswith(f"error: cannot write {target}: ")
 
 
 def test_a_bug_is_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

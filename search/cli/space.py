@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -12,6 +11,7 @@ import yaml
 from search import manifests
 from search.command import check_command
 from search.errors import BadInput
+from search.output import write_output
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
 from search.space import CheckReport, Space, check_space, load_space, read_space, salvage_space
@@ -100,13 +100,7 @@ def render(
     if output is None:
         typer.echo(text, nl=False)
         return
-    try:
-        output.write_text(text, encoding="utf-8")
-        if fmt == "shell":
-            os.chmod(output, 0o755)
-    except OSError as exc:
-        raise BadInput(f"cannot write {output}: {exc.strerror or exc}; give -o a file in a directory you can "
-                       "write to") from None
+    write_output(output, text, executable=fmt == "shell")
     typer.echo(f"wrote {output}", err=True)
 
 

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
+import search.cli
 from search.cli import app
 from search.hosts import LocalHost
 from search.space import load_space
@@ -162,6 +163,20 @@ def test_exported_shell_profile_starts_the_emulator(finished: tuple[Path, optuna
     config = CliRunner().invoke(app, ["study", "export", "s1", "--trial", "0", "--format", "sglang-config",
                                       "-o", str(root / "base.yaml")])
     assert config.exit_code == 0 and "max-running-requests: 1" in (root / "base.yaml").read_text()
+
+
+def test_export_and_report_to_an_unwritable_path_are_bad_input(finished: tuple[Path, optuna.Study],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    root, _ = finished
+    os.chdir(root)
+    (root / "plain").write_text("")
+    for args in (["study", "export", "s1", "--format", "shell", "-o", str(root / "plain" / "x.sh")],
+                 ["study", "report", "s1", "-o", str(root / "plain" / "r.html")]):
+        with pytest.raises(SystemExit) as info:
+            search.cli.main(args)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.startswith(f"error: cannot write {root / 'plain'}/"), err
+        assert err.count("\n") == 1 and "give -o a file in a directory you can write to" in err
 
 
 def test_study_list(finished: tuple[Path, optuna.Study]) -> None:
