@@ -137,6 +137,14 @@ def discover(space: SpaceLike, samples: int = 256, seed: int = 0) -> dict[str, B
     return found
 
 
+def _snap(dist: IntDistribution | FloatDistribution, x: float) -> Any:
+    """``x`` as a value of the numeric ``dist``: inside its range, on its step, int or float."""
+    x = min(max(x, dist.low), dist.high)
+    if dist.step:
+        x = min(dist.low + round((x - dist.low) / dist.step) * dist.step, dist.high)
+    return int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
+
+
 def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[Any]:
     """Representative values of one parameter: all choices, or `points` spread over the range."""
     if isinstance(dist, CategoricalDistribution):
@@ -149,13 +157,9 @@ def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[An
         raw = [math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (points - 1)) for i in range(points)]
     else:
         raw = [low + (high - low) * i / (points - 1) for i in range(points)]
-    step = dist.step
     values: list[Any] = []
     for x in raw:
-        if step:
-            x = low + round((x - low) / step) * step
-            x = min(max(x, low), high)
-        v: Any = int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
+        v = _snap(dist, x)
         if v not in values:
             values.append(v)
     return values
@@ -171,10 +175,7 @@ def neighbours(dist: BaseDistribution, value: Any, sweep_pass: int) -> list[Any]
     width = (to(dist.high) - to(dist.low)) / 2 ** (sweep_pass + 1)
     out: list[Any] = []
     for y in (to(value) - width, to(value) + width):
-        x = min(max(back(y), dist.low), dist.high)
-        if dist.step:
-            x = min(dist.low + round((x - dist.low) / dist.step) * dist.step, dist.high)
-        v: Any = int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
+        v = _snap(dist, back(y))
         if v != value and v not in out:
             out.append(v)
     return out
@@ -318,16 +319,21 @@ def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: in
     return (side[-1] if how == "down" else side[0]) if side else None
 
 
+def _cap(params: Mapping[str, Any]) -> float | None:
+    """The config's running-batch cap; None where SGLang picks it (not searched, or null)."""
+    cap = params.get(CAP)
+    return float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else None
+
+
 def running_points(trials: Iterable[FrozenTrial]) -> list[tuple[float, float]]:
     """(running batch, mean tok/s) over the ladder levels of ``trials``: a level runs
     min(concurrency, the trial's cap) requests at once."""
     seen: dict[float, list[float]] = {}
     for t in trials:
-        ladder = t.user_attrs.get(_LADDER) or []
-        limit = t.params.get(CAP)
+        ladder, cap = t.user_attrs.get(_LADDER) or [], _cap(t.params)
         for step, value in t.intermediate_values.items():
             if step < len(ladder):
-                running = float(min(ladder[step], limit) if isinstance(limit, (int, float)) else ladder[step])
+                running = float(ladder[step] if cap is None else min(ladder[step], cap))
                 seen.setdefault(running, []).append(float(value))
     return sorted((r, sum(v) / len(v)) for r, v in seen.items())
 
@@ -356,10 +362,7 @@ def nearest(dist: BaseDistribution, value: float) -> Any | None:
         numbers = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0]
         return min(numbers, key=lambda c: abs(math.log(c) - math.log(value))) if numbers else None
     assert isinstance(dist, (IntDistribution, FloatDistribution))
-    x = min(max(value, dist.low), dist.high)
-    if dist.step:
-        x = min(dist.low + round((x - dist.low) / dist.step) * dist.step, dist.high)
-    return int(round(x)) if isinstance(dist, IntDistribution) else float(x)
+    return _snap(dist, value)
 
 
 def _constraint_sum(trial: FrozenTrial) -> float:
@@ -492,7 +495,8 @@ class Strategy:
         cap hides what other flags do to the running-batch curve (more KV memory moves its peak),
         and each centre gets its own cap read off its ladder (`_plan_cap`).
         """
-        working = [t for t in self._working(study) if not self._capped(t)] or self._working(study)
+        working = self._working(study)
+        working = [t for t in working if not self._capped(t)] or working
         feasible = [t for t in working
                     if t.state == TrialState.COMPLETE and _constraint_sum(t) <= 0 and t.value is not None]
         scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
@@ -544,10 +548,11 @@ class Strategy:
         starts only when the previous batch has finished, so each varies the best config so far
         (greedy); hosts that are free meanwhile take sampler trials.
         Order: repairs of a move that crashed, revisits of earlier wins on a moved centre and the
-        cap read off the centre's ladder (whenever there are any); a screen of every parameter; the one-flag sweep (pass 0: every
-        choice and a coarse grid) of the parameters whose screen mattered, biggest effect first;
-        sweeps of parameters inactive at the centre; the combined trial; the rest of the unordered
-        categoricals; then numeric refinement (pass 1: neighbours at a quarter of the range).
+        cap read off the centre's ladder (whenever there are any); a screen of every parameter; the
+        one-flag sweep (pass 0: every choice and a coarse grid) of the parameters whose screen
+        mattered, biggest effect first; sweeps of parameters inactive at the centre; the combined
+        trial; the rest of the unordered categoricals; then numeric refinement (pass 1: neighbours
+        at a quarter of the range).
         """
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
@@ -764,8 +769,8 @@ class Strategy:
 
     def _capped(self, trial: FrozenTrial) -> bool:
         """Whether the trial's cap kept a ladder level from running all its requests at once."""
-        cap, ladder = trial.params.get(CAP), trial.user_attrs.get(_LADDER) or []
-        return isinstance(cap, (int, float)) and not isinstance(cap, bool) and bool(ladder) and cap < max(ladder)
+        cap, ladder = _cap(trial.params), trial.user_attrs.get(_LADDER) or []
+        return cap is not None and bool(ladder) and cap < max(ladder)
 
     def _plan_cap(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
         """Try the cap at which the centre's ladder says throughput peaks, when the peak is inside it.
@@ -797,7 +802,7 @@ class Strategy:
         best completed, feasible trial at the same step.
         """
         trial.report(value, step)
-        trial.set_user_attr(_LADDER, [*list(trial.user_attrs.get(_LADDER, []))[:step], concurrency])
+        trial.set_user_attr(_LADDER, [*trial.user_attrs.get(_LADDER, [])[:step], concurrency])
         if not self.guided:
             return True
         target = self.space.targets.get(concurrency)
