@@ -64,7 +64,8 @@ def test_unreadable_or_unwritable_paths_are_bad_input(tmp_path: Path) -> None:
     target = made / "y.sh"  # under a file
     done = _search("space", "render", str(SPACES / "demo.yaml"), "--baseline", "-o", str(target))
     assert done.returncode == 2
-    assert _one_error_line(done).startswith(f"error: cannot write {target}: ")
+    assert _one_error_line(done) == (f"error: cannot write {target}: File exists; give -o a file in a directory "
+                                     "you can write to")
 
 
 def test_a_bug_is_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

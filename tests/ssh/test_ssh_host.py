@@ -248,7 +248,6 @@ def test_every_connection_error_after_the_retry_is_an_infrastructure_fault(tmp_p
         failing.stop()
 
 
-
 def test_commands_refused_on_several_threads_at_once_each_name_the_refusal(tmp_path: Path) -> None:
     """The trial, its health check and its telemetry share one connection. paramiko keeps the reason
     a channel was refused in one slot per connection, read once: openers racing on it (or one
@@ -277,6 +276,7 @@ def test_commands_refused_on_several_threads_at_once_each_name_the_refusal(tmp_p
         failing.stop()
     assert len(messages) == 30
     assert all("ChannelException over SSH (also after reconnecting)" in m for m in messages), set(messages)
+
 
 # A stand-in server with a result big enough that copying it back takes a while.
 _BIG_RESULT_SERVER = """

@@ -174,9 +174,9 @@ def test_export_and_report_to_an_unwritable_path_are_bad_input(finished: tuple[P
                  ["study", "report", "s1", "-o", str(root / "plain" / "r.html")]):
         with pytest.raises(SystemExit) as info:
             search.cli.main(args)
-        err = capsys.readouterr().err
-        assert info.value.code == 2 and err.startswith(f"error: cannot write {root / 'plain'}/"), err
-        assert err.count("\n") == 1 and "give -o a file in a directory you can write to" in err
+        assert info.value.code == 2
+        assert capsys.readouterr().err == (f"error: cannot write {args[-1]}: File exists; give -o a file in a "
+                                           "directory you can write to\n")
 
 
 def test_study_list(finished: tuple[Path, optuna.Study]) -> None:
