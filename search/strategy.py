@@ -33,7 +33,7 @@ problem; the strategy adds what we know:
   the rest of the ladder as fast as any completed trial did, is pruned after that level;
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
   it); a choice that crashed alone in the sweep is not started again unless it was out of memory
-  (a threshold that moves with other flags); an exact repeat of a measured or running
+  (a threshold that moves with other flags); an exact repeat of a measured, running or waiting
   config is not started again (noise is handled by the end-of-study re-measurement instead);
 - the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
   measurements of similar configs, not by the single luckiest measurement;
@@ -457,18 +457,20 @@ class Strategy:
         return found
 
     def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any], asking: int | None = None) -> str | None:
-        """Why ``config`` should not run: a known crash, or the config of a finished or running trial
-        (parallel asks see each other's configs only through this: GPSampler has no constant liar).
-        ``asking`` is the trial being asked, itself running."""
+        """Why ``config`` should not run: a known crash, or the config of a finished, running or
+        waiting trial (parallel asks see each other's configs only through this: GPSampler has no
+        constant liar; a retry waits with the config of a lost trial, which a planned move may
+        repeat). ``asking`` is the trial being asked, itself running."""
         for name, values in self.known_crashes(study).items():
             if name in config and config[name] in values:
                 return f"{name}={config[name]!r} crashed when the sweep tried it alone"
         for t in self._finished(study):
             if _same(t.params, config):
                 return f"same config as trial {t.number}"
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number != asking and _SKIPPED not in t.user_attrs and _same(t.params, config):
-                return f"same config as running trial {t.number}"
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+            params = t.params or t.system_attrs.get("fixed_params", {})  # a waiting trial's are Optuna's enqueued ones
+            if t.number != asking and _SKIPPED not in t.user_attrs and _same(params, config):
+                return f"same config as {t.state.name.lower()} trial {t.number}"
         return None
 
     def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:

@@ -477,3 +477,18 @@ def test_a_config_already_running_is_not_started_twice() -> None:
     skipped = study.trials[running.number + 1]
     assert skipped.state == TrialState.FAIL and skipped.user_attrs["skipped"] == f"same config as running trial {running.number}"
     assert other.number > skipped.number and study.trials[running.number].state == TrialState.RUNNING
+
+
+def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
+    """A trial lost to an infrastructure fault waits to be retried with its config; a sweep move
+    planned meanwhile with the same config would run it twice."""
+    space, strategy, study = _started()
+    baseline, _ = strategy.ask(study)
+    lost, config = strategy.ask(study)  # a second host takes a sampler trial, then loses it
+    strategy.tell(study, lost, "infrastructure", failure={"kind": "worker_lost", "phase": "starting", "line": "",
+                                                          "message": ""})
+    strategy.tell(study, baseline, "completed", objective=900.0)
+    assert strategy._skip_reason(study, config) == f"same config as waiting trial {lost.number + 1}"
+    assert not strategy._enqueue(study, [config], {"strategy": "sweep"})
+    asked = [strategy.ask(study)[1] for _ in range(3)]
+    assert asked[0] == config and config not in asked[1:]
