@@ -34,6 +34,8 @@ _COMMON = {
     "sigquit_running": "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
     "watchdog": "Scheduler watchdog timeout (self.watchdog_timeout={timeout}, self.soft=False)",
     "ready": "The server is fired up and ready to roll!",
+    # http_server.py _execute_server_warmup: /model_info never answered in its 120 tries.
+    "warmup_failed": "Initialization failed. warmup error: {traceback}",
     "nan": "Detected errors during sampling! NaN in the logits.",
 }
 _FAMILY_0_5_9 = {
@@ -104,6 +106,8 @@ _FRAMES = {
                ("managers/scheduler.py", 1005, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
                ("managers/scheduler.py", 2093, "run_batch", "logits_output, next_token_ids = self.tp_worker.forward_batch_generation("),
                ("model_executor/model_runner.py", 2412, "forward", "return self._forward_raw(")],
+    # Not a scheduler's: the main process's warmup thread polling /model_info (http_server.py).
+    "warmup_poll": [("entrypoints/http_server.py", 2373, "_execute_server_warmup", "res = requests.get(")],
     "starting": [("managers/scheduler.py", 3046, "run_scheduler_process", "scheduler = Scheduler("),
                  ("model_executor/model_runner.py", 352, "__init__", "min_per_gpu_memory = self.init_torch_distributed()"),
                  ("model_executor/model_runner.py", 661, "init_torch_distributed", "raise RuntimeError(")],
@@ -172,12 +176,16 @@ class Logger:
         """A tqdm bar in the version's format (`shards_bar`, `graph_bar`), drawn at 0 at once."""
         return Bar(self.stream, self.words[key], total, seconds / total if total else 0.0, desc)
 
-    def exception(self, frames: str, error: str) -> None:
-        """`Scheduler hit an exception:` with a traceback through SGLang's frames of `frames`
-        (a startup phase, or "unbalanced" for the memory-balance check)."""
+    def traceback(self, frames: str, error: str) -> str:
+        """A traceback through SGLang's frames of `frames` (a startup phase, "unbalanced" for the
+        memory-balance check, "warmup_poll" for the HTTP warmup's wait) ending in `error`."""
         lines = "".join(f'  File "{_SITE}/sglang/srt/{path}", line {line}, in {func}\n    {code}\n'
                         for path, line, func, code in self.frames[frames])
-        self.say("exception", traceback=f"Traceback (most recent call last):\n{lines}{error}")
+        return f"Traceback (most recent call last):\n{lines}{error}"
+
+    def exception(self, frames: str, error: str) -> None:
+        """`Scheduler hit an exception:` with the traceback of `frames`."""
+        self.say("exception", traceback=self.traceback(frames, error))
 
 
 class Bar:

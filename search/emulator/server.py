@@ -28,6 +28,7 @@ from search.emulator.scheduler import Request, Scheduler
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 _WARMUP_PROMPT = "The capital city of France is"
+_WARMUP_TRIES = 120  # _execute_server_warmup: one try at /model_info a second
 
 
 class BadRequest(Exception):
@@ -356,8 +357,17 @@ def _log_config(ms: bool) -> dict[str, Any]:
                         "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False}}}
 
 
-async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
-    """SGLang's own warmup: GET /model_info, one 8-token POST /generate, then ready."""
+async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, time_scale: float) -> None:
+    """SGLang's own warmup: GET /model_info, one 8-token POST /generate, then ready.
+
+    SGLang's warmup thread starts with the app and tries /model_info once a second (120 tries);
+    uvicorn binds within milliseconds, so the first try answers. The time scale shrinks that
+    second below what a loaded machine takes to bind, so the first try here waits for uvicorn's
+    own `started` instead; a bind that fails is played out by `_warmup_failed`.
+    """
+    while not server.started:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(time_scale)
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await client.get("/model_info")
         # The warmup /generate starts the tokenizer manager's loop, whose SIGQUIT handler
@@ -371,6 +381,19 @@ async def _warmup(emu: Emulator, ranks: Any, base: str) -> None:
     emu.ready = True  # /health answers 503 until the warmup request has succeeded
     logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
     emu.log.say("ready")
+
+
+def _warmup_failed(log: Logger, ranks: Any, host: str, port: int, time_scale: float) -> None:
+    """uvicorn could not bind (the port is taken). SGLang's lifespan shutdown joins the warmup
+    thread, whose 120 tries at /model_info are refused; it logs that and kills its process tree,
+    itself included (kill_process_tree: SIGKILL), so uvicorn's shutdown never completes."""
+    time.sleep(_WARMUP_TRIES * time_scale)
+    log.say("warmup_failed", traceback=log.traceback("warmup_poll", (
+        f"requests.exceptions.ConnectionError: HTTPConnectionPool(host='{host}', port={port}): Max retries exceeded "
+        "with url: /model_info (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+        "0x7f3a2c1e5f90>: Failed to establish a new connection: [Errno 111] Connection refused'))")))
+    ranks.kill()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def _watch_ranks(emu: Emulator, ranks: Any, settings: Settings) -> None:
@@ -417,8 +440,12 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
     emu = Emulator(flags, env, plan, landscape, settings, log)
     app = build_app(emu)
     host, port = flags.get("host") or "127.0.0.1", int(flags.get("port") or 30000)
-    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    base = f"http://{url_host}:{port}"
     background: list[asyncio.Task[None]] = []
+    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
+                            loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
+    server = uvicorn.Server(config)
 
     @app.on_event("startup")
     async def start() -> None:
@@ -426,8 +453,11 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
         loop = asyncio.get_running_loop()
         background.append(loop.create_task(_report_load(emu, ranks)))
         background.append(loop.create_task(_watch_ranks(emu, ranks, settings)))
-        loop.call_later(0.05, lambda: background.append(loop.create_task(_warmup(emu, ranks, base))))
+        background.append(loop.create_task(_warmup(emu, ranks, base, server, settings.time_scale)))
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
-                            loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
-    uvicorn.Server(config).run()
+    @app.on_event("shutdown")
+    async def stop() -> None:
+        if not server.started:  # the bind failed; SGLang's lifespan joins the warmup thread here
+            _warmup_failed(log, ranks, url_host, port, settings.time_scale)
+
+    server.run()

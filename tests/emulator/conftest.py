@@ -49,14 +49,16 @@ def small_landscape(tmp_path: Path) -> dict[str, str]:
 
 class Server:
     def __init__(self, state: Path, log: Path, args: list[str], env: dict[str, str]) -> None:
-        self.port = free_port()
+        if "--port" not in args:  # a test that names the port (a taken one) keeps it
+            args = [*args, "--port", str(free_port())]
+        self.port = int(args[args.index("--port") + 1])
         self.log_path = log
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "SEARCH_EMULATOR_TIME_SCALE": "0.002", "SEARCH_EMULATOR_STATE_DIR": str(state),
                     **env}
         self.state = Path(self.env["SEARCH_EMULATOR_STATE_DIR"])
         self._log = log.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "search.emulator", *args, "--port", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "search.emulator", *args],
                                      env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def text(self) -> str:

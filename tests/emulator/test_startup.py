@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
 import time
 
 import httpx
@@ -12,6 +14,7 @@ import pytest
 
 from search.emulator import gpu_state
 from tests.emulator.conftest import TUNED, client
+from tests.helpers import MARKER_ENV, marker_pids
 
 
 def test_unknown_flag_and_bad_choice_exit_2_with_argparse_message(start) -> None:
@@ -109,6 +112,27 @@ def test_warmup_failure_after_uvicorn(start) -> None:
     server = start([*TUNED, "--mem-fraction-static", "0.97"])
     _crashes(server, "Uvicorn running on", "torch.OutOfMemoryError: CUDA out of memory.",
              "SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+
+
+def test_taken_port_fails_the_warmup_and_kills_the_ranks(start) -> None:
+    """uvicorn cannot bind, so SGLang's warmup thread (joined at lifespan shutdown) never reaches
+    /model_info: after its tries it logs so and SIGKILLs its process tree, ranks first."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        marker = f"taken-port-{port}"
+        server = start(["--model-path", "m", "--tp", "4", "--port", str(port)], SEARCH_EMULATOR_TIME_SCALE="0.001",
+                       **{MARKER_ENV: marker})
+        assert server.wait_exit() == -signal.SIGKILL
+    text = server.text()
+    bind = text.index(f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+                      "address already in use")
+    failed = text.index("] Initialization failed. warmup error: Traceback (most recent call last):")
+    assert bind < text.index("INFO:     Waiting for application shutdown.") < failed
+    assert "Application shutdown complete." not in text
+    assert f"HTTPConnectionPool(host='127.0.0.1', port={port}): Max retries exceeded with url: /model_info" in text
+    assert not marker_pids(marker)  # the ranks went with it
 
 
 def test_no_http_while_loading_then_health_200_when_ready(start) -> None:
