@@ -196,6 +196,11 @@ class Ranks:
             if proc.poll() is None:
                 proc.send_signal(sig)
 
+    def kill_tree(self) -> None:
+        """SGLang's kill_process_tree(os.getpid()): SIGKILL the ranks, then this process."""
+        self.kill()
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 def main(argv: list[str]) -> int:
     settings = Settings.from_env()
@@ -219,8 +224,7 @@ def main(argv: list[str]) -> int:
 
     def on_sigquit(signum: int, frame: object) -> None:
         log.say(ranks.sigquit_line)
-        ranks.kill()
-        os.kill(os.getpid(), signal.SIGKILL)
+        ranks.kill_tree()
 
     def on_sigterm(signum: int, frame: object) -> None:
         ranks.kill(signal.SIGTERM)

@@ -392,8 +392,7 @@ def _warmup_failed(log: Logger, ranks: Any, host: str, port: int, time_scale: fl
         f"requests.exceptions.ConnectionError: HTTPConnectionPool(host='{host}', port={port}): Max retries exceeded "
         "with url: /model_info (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
         "0x7f3a2c1e5f90>: Failed to establish a new connection: [Errno 111] Connection refused'))")))
-    ranks.kill()
-    os.kill(os.getpid(), signal.SIGKILL)
+    ranks.kill_tree()
 
 
 async def _watch_ranks(emu: Emulator, ranks: Any, settings: Settings) -> None:
