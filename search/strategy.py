@@ -34,7 +34,8 @@ problem; the strategy adds what we know:
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
   it); a choice that crashed alone in the sweep is not started again unless it was out of memory
   (a threshold that moves with other flags); an exact repeat of a measured, running or waiting
-  config is not started again (noise is handled by the end-of-study re-measurement instead);
+  config is not started again (noise is handled by the end-of-study re-measurement instead),
+  unless the sampler proposed nothing else MAX_SKIPS times in a row;
 - the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
   measurements of similar configs, not by the single luckiest measurement;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
@@ -412,13 +413,17 @@ class Strategy:
 
     # -- asking ------------------------------------------------------------------------------
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
-        """The next trial to run and its config; repeats and known crashes are told, not run."""
+        """The next trial to run and its config; repeats and known crashes are told, not run.
+
+        After MAX_SKIPS of them in a row (a small space run through, or a sampler that has
+        converged) the next proposal runs as it is: a repeat measures noise, and the study goes on.
+        """
         if self.guided:
             self._plan(study)
-        for _ in range(MAX_SKIPS):
+        for skips in range(MAX_SKIPS + 1):
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or trial.user_attrs.get(_TAG) in ("baseline", "known", "partner"):
+            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(_TAG) in ("baseline", "known", "partner"):
                 break
             reason = self._skip_reason(study, config, asking=trial.number)
             if reason is None:

@@ -479,6 +479,22 @@ def test_a_config_already_running_is_not_started_twice() -> None:
     assert other.number > skipped.number and study.trials[running.number].state == TrialState.RUNNING
 
 
+def test_a_run_of_repeats_ends_with_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler proposing only configs already run (a small space used up) is told MAX_SKIPS
+    repeats, then its next proposal runs: the ask never hands back a trial it already told."""
+    monkeypatch.setattr("search.strategy.MAX_SKIPS", 3)
+    space, strategy, study = _started()
+    baseline, config = strategy.ask(study)
+    strategy.tell(study, baseline, "completed", objective=900.0)
+    for _ in range(5):
+        study.enqueue_trial(dict(config), user_attrs={"strategy": "sweep"})
+    trial, again = strategy.ask(study)
+    assert again == config and study.trials[trial.number].state == TrialState.RUNNING
+    told = [t for t in study.trials if t.user_attrs.get("skipped")]
+    assert len(told) == 3 and all(t.state == TrialState.FAIL for t in told)
+    trial.set_user_attr("host", "gpu-0")  # still open to the driver's records
+
+
 def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
     """A trial lost to an infrastructure fault waits to be retried with its config; a sweep move
     planned meanwhile with the same config would run it twice."""
