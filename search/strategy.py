@@ -32,10 +32,10 @@ problem; the strategy adds what we know:
   completed trials reached at the same level, or unable to catch the best even if it grew over
   the rest of the ladder as fast as any completed trial did, is pruned after that level;
 - a crash is PRUNED with constraint ``crashed = 1`` (TPE ignores FAIL, so it would keep proposing
-  it); a choice that crashed alone in the sweep is not started again unless it was out of memory
-  (a threshold that moves with other flags); an exact repeat of a measured, running or waiting
-  config is not started again (noise is handled by the end-of-study re-measurement instead),
-  unless the sampler proposed nothing else MAX_SKIPS times in a row;
+  it); a choice that crashed alone in the sweep from a working config is not started again
+  unless it was out of memory (a threshold that moves with other flags); an exact repeat of a
+  measured, running or waiting config is not started again (noise is handled by the end-of-study
+  re-measurement instead), unless the sampler proposed nothing else MAX_SKIPS times in a row;
 - the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
   measurements of similar configs, not by the single luckiest measurement;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
@@ -447,17 +447,19 @@ class Strategy:
     def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
         """Choices that crashed when the sweep changed only that parameter of a working config.
 
-        Numeric values and out-of-memory crashes are left out: those are thresholds that move with
-        other flags (a larger graph batch fits with a smaller memory fraction), as is a value that
-        has run in any config.
+        A move from a crashing centre says nothing of its value (the centre's own fault crashed
+        it: a baseline whose backend fails would otherwise make graphs-off a known crash). Numeric
+        values and out-of-memory crashes are left out: those are thresholds that move with other
+        flags (a larger graph batch fits with a smaller memory fraction), as is a value that has run
+        in any config.
         """
         found: dict[str, list[Any]] = {}
         ran = [t.params for t in self._working(study)]
         for t in self._finished(study):
             name = t.user_attrs.get(_SWEEP_PARAM)
             categorical = isinstance(self._dists.get(name), CategoricalDistribution)
-            if (categorical and t.constraints.get("crashed", 0) > 0 and name in t.params
-                    and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
+            if (categorical and t.user_attrs.get(_SWEEP_FROM_WORKING) and t.constraints.get("crashed", 0) > 0
+                    and name in t.params and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
                 found.setdefault(name, []).append(t.params[name])
         return found
 

@@ -239,6 +239,20 @@ def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, k
     assert (strategy.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
 
 
+def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
+    """The baseline's backend fails, so its screens crash too until one changes the backend: those
+    crashes are the baseline's fault, not their values', and stay open for the sampler."""
+    _, strategy, study = _started()
+    for _ in range(8):
+        trial, config = strategy.ask(study)
+        if config["--moe-runner-backend"] != "flashinfer_cutlass":
+            break
+        strategy.tell(study, trial, "crashed", failure={"kind": "crash", "phase": "autotune", "line": "x", "message": ""})
+    crashed = [t for t in study.trials if t.user_attrs.get("outcome") == "crashed"]
+    assert any(t.params.get("--disable-cuda-graph") for t in crashed)
+    assert strategy.known_crashes(study) == {}
+
+
 def test_bench_flag_composer_matches_render_and_parse() -> None:
     from search.strategy import configs_of, grid_space
     bench = _bench_module()
