@@ -458,6 +458,10 @@ def _copy_tree(sftp: paramiko.SFTPClient, remote_dir: str, local_dir: Path, skip
         elif stat.S_ISREG(entry.st_mode or 0):
             local_dir.mkdir(parents=True, exist_ok=True)
             sftp.get(remote, str(local))
+            # paramiko's get checks the bytes it wrote against the bytes it read: a connection cut
+            # mid-copy ends the read early and passes. The remote size tells a short copy apart.
+            if local.stat().st_size != entry.st_size:
+                raise EOFError(f"copy of {remote} ended at {local.stat().st_size} of {entry.st_size} bytes")
             copied.append(local)
     return copied
 
