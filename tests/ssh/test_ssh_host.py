@@ -319,3 +319,32 @@ def test_a_connection_cut_while_stop_copies_the_results_copies_them_again(live_s
     assert copy.read_bytes() == remote.read_bytes()  # copied again, whole
     assert (tmp_path / "trial" / "exit-status").read_text() == "143\n"
     assert _marked("trial-8") == []
+
+
+def test_a_copy_that_ends_early_is_copied_again(live_sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """paramiko's get passes a read that a cut ended early (it checks the bytes it wrote against the
+    bytes it read); the fetch must tell by the remote size and copy again. The first transfer is
+    made to stop after its first chunk, as a dropped connection does, so this does not hang on timing."""
+    import paramiko
+
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "remote" / "results.bin").write_bytes(os.urandom(1 << 20))
+    real = paramiko.SFTPClient._transfer_with_callback
+    calls: list[int] = []
+
+    def first_ends_early(self: paramiko.SFTPClient, reader: object, writer: object, file_size: int, callback: object) -> int:
+        calls.append(file_size)
+        if len(calls) > 1:
+            return real(self, reader, writer, file_size, callback)
+        data = reader.read(32768)  # type: ignore[attr-defined]
+        writer.write(data)  # type: ignore[attr-defined]
+        return len(data)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "_transfer_with_callback", first_ends_early)
+    host = SSHHost(live_sshd.host())
+    try:
+        host.fetch_dir(str(tmp_path / "remote"), tmp_path / "copy")
+    finally:
+        host.close()
+    assert len(calls) == 2
+    assert (tmp_path / "copy" / "results.bin").read_bytes() == (tmp_path / "remote" / "results.bin").read_bytes()
