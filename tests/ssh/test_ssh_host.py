@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import paramiko
 import pytest
 
 from search import gpu
@@ -325,8 +326,6 @@ def test_a_copy_that_ends_early_is_copied_again(live_sshd: Sshd, tmp_path: Path,
     """paramiko's get passes a read that a cut ended early (it checks the bytes it wrote against the
     bytes it read); the fetch must tell by the remote size and copy again. The first transfer is
     made to stop after its first chunk, as a dropped connection does, so this does not hang on timing."""
-    import paramiko
-
     (tmp_path / "remote").mkdir()
     (tmp_path / "remote" / "results.bin").write_bytes(os.urandom(1 << 20))
     real = paramiko.SFTPClient._transfer_with_callback
