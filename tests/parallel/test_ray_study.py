@@ -79,9 +79,11 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     assert side_by_side >= 2, "no two trial servers were ever alive at the same moment"
 
     # Pruning reached a running remote trial: a slow config stopped after its first level.
-    pruned = [t for t in measured if t.user_attrs.get("outcome") == "pruned"]
-    assert pruned and all(len(t.user_attrs["levels"]) == 1 for t in pruned), text
-    assert "below the target" in pruned[0].user_attrs["pruned_because"]
+    # (A full-speed config may also be pruned later, relative to the best, when the box is loaded.)
+    slow = [t for t in measured if t.user_attrs.get("outcome") == "pruned"
+            and (t.params.get("--chunked-prefill-size") or 8192) < 4096]
+    assert slow and all(len(t.user_attrs["levels"]) == 1 for t in slow), text
+    assert all("below the target" in t.user_attrs["pruned_because"] for t in slow)
 
     # Artifacts came back to the driver; the top configs were re-measured on the cluster.
     best = study.best_trial
