@@ -23,7 +23,8 @@ from tests import helpers
 
 # Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
 # the first level, so the driver prunes it mid-ladder); triton crashes at autotune.
-LANDSCAPE = helpers.toy_landscape('0.3 if (flags["chunked_prefill_size"] or 8192) < 4096 else 1.0')
+SLOW_BELOW = 4096
+LANDSCAPE = helpers.toy_landscape(f'0.3 if (flags["chunked_prefill_size"] or 8192) < {SLOW_BELOW} else 1.0')
 
 
 def write_space(root: Path, time_scale: float) -> Path:

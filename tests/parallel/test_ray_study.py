@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from search.cli import app
 
-from tests.parallel.conftest import LocalCluster, driver, marker_processes, parent, study_command
+from tests.parallel.conftest import SLOW_BELOW, LocalCluster, driver, marker_processes, parent, study_command
 
 N_TRIALS = 8
 
@@ -81,7 +81,7 @@ def test_study_on_two_hosts_survives_a_killed_worker(ray_cluster: LocalCluster, 
     # Pruning reached a running remote trial: a slow config stopped after its first level.
     # (A full-speed config may also be pruned later, relative to the best, when the box is loaded.)
     slow = [t for t in measured if t.user_attrs.get("outcome") == "pruned"
-            and (t.params.get("--chunked-prefill-size") or 8192) < 4096]
+            and (t.params.get("--chunked-prefill-size") or 8192) < SLOW_BELOW]
     assert slow and all(len(t.user_attrs["levels"]) == 1 for t in slow), text
     assert all("below the target" in t.user_attrs["pruned_because"] for t in slow)
 
