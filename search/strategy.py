@@ -12,7 +12,9 @@ problem; the strategy adds what we know:
   parameters that do nothing (an NCCL level) cost one trial instead of a whole sweep;
 - that coordinate sweep changes one parameter at a time from the best working config (greedy, but
   a change that wins only by noise does not move the centre), which finds the big single-flag wins
-  (a cap removed, graphs off, another backend) and maps crashing values;
+  (a cap removed, graphs off, another backend) and maps crashing values; it skips values the
+  centre itself measured (a grid point next to its value) and values that lost by far as the only
+  change from an earlier centre;
 - a move that crashes is repaired at once with what its failure advises: the log watcher keeps
   SGLang's advice lines ("set --mem-fraction-static to a smaller value"), and a failure that
   names no flag gets SGLang's usual advice for its kind (``signatures/advice.yaml``); the advised
@@ -21,9 +23,11 @@ problem; the strategy adds what we know:
   (once: a change whose revisit lost is not tried again);
 - the running-batch cap is read off the ladder: a level runs min(concurrency, cap) requests, so the
   levels of the centre (and of configs differing from it only in the cap) trace throughput against
-  the running batch; where that curve peaks inside the ladder, the cap at the peak is tried next.
+  the running batch; where that curve peaks inside the ladder, the cap at the peak is tried next,
+  and once the final centre is being refined, a second, finer read where the lines rising to and
+  falling from the highest point meet (the curve often has a kink where the KV cache runs short).
   The centre is preferably a config whose cap lets every level run in full, so its ladder shows
-  what the other flags do to the whole curve;
+  what the other flags do to the whole curve; the sweep does not try caps that ladder measured;
 - a conditional parameter the best config leaves inactive (the graph batch cap while graphs are
   off) is swept from the best config where it is active; the other choices of an unordered
   categorical (a backend) whose one screen showed nothing are swept last;
@@ -103,6 +107,12 @@ MAX_PARTNERS = 4
 REPAIR_STEPS = 2
 # A one-flag change that beat its centre by this much is tried again once the centre has moved.
 REVISIT_MARGIN = 0.02
+# A sweep skips a value within this fraction of the range of the centre's (the centre measured it) ...
+CLOSE = 1 / 8
+# ... and one that lost to an earlier centre by more than this as its only change.
+LOST_MARGIN = 0.2
+# A cap read off the ladder this close (fraction of the range) to a cap already run is not tried.
+READ_CLOSE = CLOSE / 4
 
 
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
@@ -320,6 +330,14 @@ def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: in
     return (side[-1] if how == "down" else side[0]) if side else None
 
 
+def _close(dist: BaseDistribution, a: Any, b: Any, within: float | None = None) -> bool:
+    """Whether two values of a numeric parameter lie within ``within`` (default CLOSE) of its range
+    (log scale if log)."""
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    return abs(to(a) - to(b)) <= (CLOSE if within is None else within) * (to(dist.high) - to(dist.low))
+
+
 def _cap(params: Mapping[str, Any]) -> float | None:
     """The config's running-batch cap; None where SGLang picks it (not searched, or null)."""
     cap = params.get(CAP)
@@ -354,6 +372,33 @@ def running_peak(points: Sequence[tuple[float, float]]) -> float | None:
     b = (x2 * x2 * (y0 - y1) + x1 * x1 * (y2 - y0) + x0 * x0 * (y1 - y2)) / den
     x = -b / (2 * a) if a < 0 else x1
     return math.exp(min(max(x, x0), x2))
+
+
+def running_kink(points: Sequence[tuple[float, float]]) -> float | None:
+    """Where the line through the two points rising to the highest one meets the line through the
+    two points falling after it (log batch, log tok/s), when they meet between them; else None.
+
+    A second, finer read of the peak once a capped run has put a point near it: throughput often
+    rises with the batch until the KV cache runs short, then falls steeply, a kink that a parabola
+    through three points places on the wrong side. Tried on both sides of the highest point.
+    """
+    if len(points) < 4:
+        return None
+    logs = [(math.log(r), math.log(v)) for r, v in points if v > 0]
+    i = max(range(len(logs)), key=lambda j: logs[j][1])
+    found = []
+    for up, down in ((i - 1, i + 1), (i - 2, i)):  # the kink after the highest point, or before it
+        if up < 0 or down + 1 >= len(logs):
+            continue
+        (a0, b0), (a1, b1) = logs[up], logs[up + 1]
+        (c0, d0), (c1, d1) = logs[down], logs[down + 1]
+        rise, fall = (b1 - b0) / (a1 - a0), (d1 - d0) / (c1 - c0)
+        if rise <= fall:
+            continue
+        x = (d0 - b1 + rise * a1 - fall * c0) / (rise - fall)
+        if a1 <= x <= c0:
+            found.append(x)
+    return math.exp(found[0]) if found else None
 
 
 def nearest(dist: BaseDistribution, value: float) -> Any | None:
@@ -560,8 +605,8 @@ class Strategy:
         cap read off the centre's ladder (whenever there are any); a screen of every parameter; the
         one-flag sweep (pass 0: every choice and a coarse grid) of the parameters whose screen
         mattered, biggest effect first; sweeps of parameters inactive at the centre; the combined
-        trial; the rest of the unordered categoricals; then numeric refinement (pass 1: neighbours
-        at a quarter of the range).
+        trial; the rest of the unordered categoricals; then refinement: the fine cap read on the
+        centre's ladder, numeric neighbours at a quarter of the range (pass 1).
         """
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
@@ -589,6 +634,8 @@ class Strategy:
             # Screened: the parameters that mattered, biggest effect first. Else the space file's
             # order: the user's sense of what matters most.
             names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
+            if sweep_pass == 1 and working and self._plan_cap(study, centre, fine=True):
+                return
             if self._sweep(study, centre, working, names, sweep_pass, swept):
                 return
             if sweep_pass == 0 and working and (self._plan_inactive(study, centre, swept)
@@ -605,14 +652,30 @@ class Strategy:
         for name in names:
             if name in swept or name not in centre:
                 continue
-            dist = self._dists[name]
-            values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
-            variants = [{**centre, name: v} for v in values if v != centre[name]]
+            variants = [{**centre, name: v} for v in self._sweep_values(study, centre, name, sweep_pass)]
             attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working,
                      _SCREEN_REF: self._centre_score(study, centre), _FROM: centre[name]}
             if self._enqueue(study, variants, attrs):
                 return True
         return False
+
+    def _sweep_values(self, study: optuna.Study, centre: Mapping[str, Any], name: str, sweep_pass: int) -> list[Any]:
+        """The values a sweep of ``name`` tries: every choice or a coarse grid (pass 0), numeric
+        neighbours (later passes), less what earlier trials already tell.
+
+        Each trial costs a server start, so pass 0 drops a grid value within CLOSE of the centre's
+        (the centre measured it), one that lost by more than LOST_MARGIN as the only change from an
+        earlier centre (a far bound that halved throughput will not win on the next), and caps the
+        centre's own ladder already measured (`_cap_unread`).
+        """
+        dist = self._dists[name]
+        values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
+        if name == CAP:
+            values = self._cap_unread(study, centre, values)
+        if sweep_pass == 0 and not isinstance(dist, CategoricalDistribution):
+            lost = self._lost(study, name)
+            values = [v for v in values if v not in lost and not _close(dist, v, centre[name])]
+        return [v for v in values if v != centre[name]]
 
     def _plan_combine(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
         """Try the centre with every one-flag change that beat its own centre, all at once.
@@ -776,32 +839,67 @@ class Strategy:
                 return True
         return False
 
+    def _cap_unread(self, study: optuna.Study, centre: Mapping[str, Any], values: list[Any]) -> list[Any]:
+        """The cap values the centre's ladder has not already measured.
+
+        A run whose cap let every level run in full measured throughput at each level's running
+        batch: a cap inside the ladder only repeats that curve (`_plan_cap` reads its peak), and a
+        cap above it changes nothing. Left: caps below the lowest level, and only when the curve
+        fell from its first level on (the peak may lie below it).
+        """
+        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and _same(t.params, centre)
+                and not self._capped(t) and len(t.user_attrs.get(_LADDER) or []) >= 2]
+        if not runs:
+            return values
+        ladder, levels = runs[0].user_attrs[_LADDER], runs[0].intermediate_values
+        if max(levels, key=lambda step: levels[step]) != 0:
+            return []
+        return [v for v in values if isinstance(v, (int, float)) and v < min(ladder)]
+
+    def _lost(self, study: optuna.Study, name: str) -> list[Any]:
+        """Values of ``name`` that, as the only change from a working centre, lost to it by more
+        than LOST_MARGIN: far beyond noise, so not worth a sweep trial on a later centre."""
+        lost = []
+        for t in self._working(study):
+            ref, score = float(t.user_attrs.get(_SCREEN_REF) or 0.0), self._score(t)
+            if (t.user_attrs.get(_SWEEP_PARAM) == name and t.user_attrs.get(_SWEEP_FROM_WORKING)
+                    and ref > 0 and score is not None and score < ref * (1.0 - LOST_MARGIN) and name in t.params):
+                lost.append(t.params[name])
+        return lost
+
     def _capped(self, trial: FrozenTrial) -> bool:
         """Whether the trial's cap kept a ladder level from running all its requests at once."""
         cap, ladder = _cap(trial.params), trial.user_attrs.get(_LADDER) or []
         return cap is not None and bool(ladder) and cap < max(ladder)
 
-    def _plan_cap(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
+    def _plan_cap(self, study: optuna.Study, centre: dict[str, Any], fine: bool = False) -> bool:
         """Try the cap at which the centre's ladder says throughput peaks, when the peak is inside it.
 
         The levels of the centre and of trials differing from it only in the cap all sample one
         curve, throughput against the running batch. A peak with lower points on both sides (past
         it, KV-cache pressure retracts requests) is located by a parabola through the three points;
-        capping there lets the higher levels run at the peak. Read once per such slice: later reads
-        would chase the noise of the capped runs.
+        capping there lets the higher levels run at the peak. ``fine``: the second and last read of
+        the slice, once the first has put a point near the peak, where the lines rising to and
+        falling from the highest point meet (`running_kink`); done at refinement time, on the final
+        centre only. More reads would chase the noise of the capped runs.
         """
         dist = self._dists.get(CAP)
         if dist is None or CAP not in centre:
             return False
         rest = {k: v for k, v in centre.items() if k != CAP}
         slice_ = [t for t in self._finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
-        if any(t.user_attrs.get(_SWEEP_PASS) == "ladder" for t in slice_):
+        reads = [t.user_attrs.get(_SWEEP_PASS) for t in slice_]
+        if "kink" in reads or ("ladder" in reads) != fine:
             return False
-        peak = running_peak(running_points(t for t in slice_ if t.constraints.get("crashed", 0) <= 0))
+        points = running_points(t for t in slice_ if t.constraints.get("crashed", 0) <= 0)
+        peak = running_kink(points) if fine else running_peak(points)
         value = None if peak is None else nearest(dist, peak)
+        if value is None or any(t.params.get(CAP) == value or not isinstance(dist, CategoricalDistribution)
+                                and _close(dist, value, t.params[CAP], READ_CLOSE) for t in slice_ if CAP in t.params):
+            return False  # it would only measure a cap of the slice again
         # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
-        attrs = {_TAG: "sweep", _SWEEP_PARAM: CAP, _SWEEP_PASS: "ladder", _SWEEP_FROM_WORKING: True}
-        return value is not None and self._enqueue(study, [{**centre, CAP: value}], attrs)
+        attrs = {_TAG: "sweep", _SWEEP_PARAM: CAP, _SWEEP_PASS: "kink" if fine else "ladder", _SWEEP_FROM_WORKING: True}
+        return self._enqueue(study, [{**centre, CAP: value}], attrs)
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:

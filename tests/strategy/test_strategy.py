@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -522,3 +523,85 @@ def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
     assert not strategy._enqueue(study, [config], {"strategy": "sweep"})
     asked = [strategy.ask(study)[1] for _ in range(3)]
     assert asked[0] == config and config not in asked[1:]
+
+
+def _drive(strategy: Strategy, study: optuna.Study, trials: int, level: Callable[[dict, int], float]) -> list[optuna.Trial]:
+    """Run ``trials`` trials up the fixture's ladder, each level measuring ``level(config, running)``
+    where a level runs min(concurrency, cap) requests; returns the trials asked."""
+    asked = []
+    for _ in range(trials):
+        trial, config = strategy.ask(study)
+        values = [level(config, min(c, config["--max-running-requests"])) for c in LADDER]
+        for step, (concurrency, value) in enumerate(zip(LADDER, values)):
+            strategy.on_level(study, trial, step, concurrency, value)
+        strategy.tell(study, trial, "completed", objective=max(values))
+        asked.append(trial)
+    return asked
+
+
+def test_the_cap_sweep_skips_caps_the_centres_ladder_measured() -> None:
+    """An uncapped run's levels measured every cap inside the ladder: sweeping them repeats that
+    curve. Only a cap below the lowest level is new, and only worth it when the curve fell from its
+    first level on."""
+    space = FixtureSpace()
+    uncapped = {**space.baseline, "--max-running-requests": 2048}
+    for ladder, left in (([900.0, 1500.0, 1800.0, 2000.0], []), ([900.0, 800.0, 700.0, 600.0], [32])):
+        strategy = Strategy(space, seed=0)
+        study = _study(strategy)
+        strategy.start(study, known=[uncapped])
+        _run_ladder(strategy, study, [900.0] * 4)
+        _run_ladder(strategy, study, ladder)
+        assert strategy._sweep_values(study, uncapped, "--max-running-requests", 0) == left
+    assert strategy._sweep_values(study, space.baseline, "--max-running-requests", 0) == [32, 256, 2048]
+
+
+def test_the_sweep_skips_a_value_next_to_the_centres_and_one_that_lost_by_far() -> None:
+    """A cap removed doubles throughput and 32 NCCL channels add 10%, so the centre moves twice. The
+    memory fraction's screen, 0.80, halved throughput on the way: the sweep from the last centre
+    tries only 0.95 of its grid, not 0.80 again nor 0.87, next to the centre's 0.88."""
+    from search.strategy import grid_values
+    space, strategy, study = _started()
+    assert grid_values(strategy._dists["--mem-fraction-static"]) == [0.80, 0.87, 0.95]
+
+    def level(config: dict, running: int) -> float:
+        return (running * (2.0 if config["--max-running-requests"] >= 1024 else 1.0)
+                * (0.5 if config["--mem-fraction-static"] == 0.80 else 1.0)
+                * (1.1 if config["NCCL_MIN_NCHANNELS"] == 32 else 1.0))
+
+    asked = _drive(strategy, study, 16, level)
+    memory_sweep = [t for t in asked if t.user_attrs.get("sweep_param") == "--mem-fraction-static"
+                    and t.user_attrs["sweep_pass"] == 0]
+    assert strategy._centre(study)[0]["NCCL_MIN_NCHANNELS"] == 32
+    assert [study.trials[t.number].params["--mem-fraction-static"] for t in memory_sweep] == [0.95]
+
+
+def test_running_kink_meets_the_lines_either_side_of_the_highest_point() -> None:
+    from search.strategy import running_kink
+
+    def rate(running: float) -> float:  # rises to a kink at 160 running requests, then falls steeply
+        return 2600 * running / (running + 60) * min(1.0, (160 / running) ** 0.8)
+
+    points = [(r, rate(r)) for r in (64.0, 143.0, 256.0, 512.0)]
+    assert 150 < running_kink(points) < 175  # type: ignore[operator]
+    assert running_kink([(r, rate(r)) for r in (64.0, 180.0, 256.0, 512.0)]) is not None
+    assert running_kink(points[:3]) is None
+    assert running_kink([(64.0, 900.0), (256.0, 1500.0), (512.0, 1800.0), (1024.0, 2000.0)]) is None  # no peak
+
+
+def test_the_final_centres_cap_is_read_again_where_its_curve_kinks() -> None:
+    """Throughput peaks sharply at 160 running requests. The first read of the uncapped centre's
+    ladder lands short of it; once the sweep is done, a second read through the capped run's point
+    lands closer, and no third read follows."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    strategy.start(study, known=[{**space.baseline, "--max-running-requests": 2048}])
+
+    def level(config: dict, running: int) -> float:
+        return 2600 * running / (running + 60) * min(1.0, (160 / running) ** 0.8)
+
+    asked = _drive(strategy, study, 30, level)
+    reads = [(t.user_attrs.get("sweep_pass"), study.trials[t.number].params["--max-running-requests"])
+             for t in asked if t.user_attrs.get("sweep_pass") in ("ladder", "kink")]
+    assert [kind for kind, _ in reads] == ["ladder", "kink"]
+    assert abs(reads[1][1] - 160) < abs(reads[0][1] - 160) and 150 <= reads[1][1] <= 175
