@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
@@ -176,12 +176,17 @@ def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[An
     return values
 
 
+def _scale(dist: IntDistribution | FloatDistribution) -> Callable[[float], float]:
+    """The scale a numeric parameter's distances are measured on: log if its range is log."""
+    return math.log if dist.log else float
+
+
 def neighbours(dist: BaseDistribution, value: Any, sweep_pass: int) -> list[Any]:
     """Numeric values either side of `value`, 1/2^(pass+1) of the range away (log scale if log)."""
     if isinstance(dist, CategoricalDistribution):
         return []
     assert isinstance(dist, (IntDistribution, FloatDistribution))
-    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    to = _scale(dist)
     back = (lambda y: math.exp(y)) if dist.log else (lambda y: y)
     width = (to(dist.high) - to(dist.low)) / 2 ** (sweep_pass + 1)
     out: list[Any] = []
@@ -206,7 +211,7 @@ def screen_values(dist: BaseDistribution, value: Any) -> list[Any]:
         other = choices[-1] if value == choices[0] else choices[0]
         return [other] if other != value else []
     assert isinstance(dist, (IntDistribution, FloatDistribution))
-    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    to = _scale(dist)
     far = dist.high if abs(to(dist.high) - to(value)) >= abs(to(value) - to(dist.low)) else dist.low
     return [far] if far != value else []
 
@@ -334,7 +339,7 @@ def _close(dist: BaseDistribution, a: Any, b: Any, within: float | None = None) 
     """Whether two values of a numeric parameter lie within ``within`` (default CLOSE) of its range
     (log scale if log)."""
     assert isinstance(dist, (IntDistribution, FloatDistribution))
-    to = (lambda x: math.log(x)) if dist.log else (lambda x: float(x))
+    to = _scale(dist)
     return abs(to(a) - to(b)) <= (CLOSE if within is None else within) * (to(dist.high) - to(dist.low))
 
 
@@ -663,10 +668,10 @@ class Strategy:
         """The values a sweep of ``name`` tries: every choice or a coarse grid (pass 0), numeric
         neighbours (later passes), less what earlier trials already tell.
 
-        Each trial costs a server start, so pass 0 drops a grid value within CLOSE of the centre's
-        (the centre measured it), one that lost by more than LOST_MARGIN as the only change from an
-        earlier centre (a far bound that halved throughput will not win on the next), and caps the
-        centre's own ladder already measured (`_cap_unread`).
+        Each trial costs a server start, so every pass drops caps the centre's own ladder already
+        measured (`_cap_unread`), and pass 0 drops a grid value within CLOSE of the centre's (the
+        centre measured it) and one that lost by more than LOST_MARGIN as the only change from an
+        earlier centre (a far bound that halved throughput will not win on the next).
         """
         dist = self._dists[name]
         values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)

@@ -436,12 +436,15 @@ def test_running_peak_is_read_only_inside_the_ladder() -> None:
     assert running_peak([(64.0, 900.0), (256.0, 2000.0), (512.0, 1980.0)]) is None  # flat within noise
 
 
-def _run_ladder(strategy: Strategy, study: optuna.Study, values: list[float]) -> tuple[optuna.Trial, dict]:
-    """Ask the next trial, report ``values`` up the fixture's ladder, and tell it completed."""
+def _run_ladder(strategy: Strategy, study: optuna.Study,
+                values: list[float] | Callable[[dict], list[float]]) -> tuple[optuna.Trial, dict]:
+    """Ask the next trial, report ``values`` (or ``values(config)``) up the fixture's ladder, and
+    tell it completed."""
     trial, config = strategy.ask(study)
-    for step, (concurrency, value) in enumerate(zip(LADDER, values)):
+    measured = values(config) if callable(values) else values
+    for step, (concurrency, value) in enumerate(zip(LADDER, measured)):
         strategy.on_level(study, trial, step, concurrency, value)
-    strategy.tell(study, trial, "completed", objective=max(values))
+    strategy.tell(study, trial, "completed", objective=max(measured))
     return trial, config
 
 
@@ -528,15 +531,10 @@ def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
 def _drive(strategy: Strategy, study: optuna.Study, trials: int, level: Callable[[dict, int], float]) -> list[optuna.Trial]:
     """Run ``trials`` trials up the fixture's ladder, each level measuring ``level(config, running)``
     where a level runs min(concurrency, cap) requests; returns the trials asked."""
-    asked = []
-    for _ in range(trials):
-        trial, config = strategy.ask(study)
-        values = [level(config, min(c, config["--max-running-requests"])) for c in LADDER]
-        for step, (concurrency, value) in enumerate(zip(LADDER, values)):
-            strategy.on_level(study, trial, step, concurrency, value)
-        strategy.tell(study, trial, "completed", objective=max(values))
-        asked.append(trial)
-    return asked
+    def values(config: dict) -> list[float]:
+        return [level(config, min(c, config["--max-running-requests"])) for c in LADDER]
+
+    return [_run_ladder(strategy, study, values)[0] for _ in range(trials)]
 
 
 def test_the_cap_sweep_skips_caps_the_centres_ladder_measured() -> None:
