@@ -31,7 +31,11 @@ problem; the strategy adds what we know:
 - a conditional parameter the best config leaves inactive (the graph batch cap while graphs are
   off) is swept from the best config where it is active; the other choices of an unordered
   categorical (a backend) whose one screen showed nothing are swept last;
-- then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials;
+- then TPE (multivariate, grouped, constant liar) models the joint space seeded by those trials,
+  and every other trial is the Gaussian-process model's proposal (below): the config of highest
+  expected improvement among small changes (one or two numeric parameters) of the best configs.
+  TPE's wide proposals find the next big region; the model's narrow ones find the few percent an
+  interior optimum (an NCCL channel count, a memory fraction) holds, which TPE samples only by luck;
 - the ladder gives early evidence: a trial below the space's per-level target, well below what
   completed trials reached at the same level, or unable to catch the best even if it grew over
   the rest of the ladder as fast as any completed trial did, is pruned after that level;
@@ -41,7 +45,10 @@ problem; the strategy adds what we know:
   measured, running or waiting config is not started again (noise is handled by the end-of-study
   re-measurement instead), unless the sampler proposed nothing else MAX_SKIPS times in a row;
 - the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
-  measurements of similar configs, not by the single luckiest measurement;
+  measurements of similar configs, not by the single luckiest measurement; once enough trials
+  are there, it is fitted on the completed trials within RANK_BAND of the best measured only,
+  since a stationary kernel fitted to all of them spends itself on the big far-off differences (a
+  small cap at 70%) and reads the few-percent effects that decide the top as noise;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
 The history lives entirely in the study (user attributes), so a resumed study continues the plan.
@@ -56,6 +63,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
+import numpy as np
 import optuna
 import yaml
 from optuna.distributions import (
@@ -67,7 +75,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from search.errors import BadInput
-from search.surrogate import posterior_means
+from search.surrogate import fit, posterior_means
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
 OUTCOMES: tuple[str, ...] = ("completed", "crashed", "pruned", "infrastructure")
@@ -82,7 +90,7 @@ NUMERIC_POINTS = 3
 # Proposals the sampler may make per `ask` before a repeat or known crash is run anyway.
 MAX_SKIPS = 30
 
-_TAG = "strategy"  # user attr: "baseline" | "known" | "sweep" | "sampler"
+_TAG = "strategy"  # user attr: "baseline" | "known" | "sweep" | "partner" | "model" | "sampler"
 _SWEEP_PARAM = "sweep_param"
 _SWEEP_PASS = "sweep_pass"
 _SWEEP_FROM_WORKING = "sweep_from_working"
@@ -113,6 +121,15 @@ CLOSE = 1 / 8
 LOST_MARGIN = 0.2
 # A cap read off the ladder this close (fraction of the range) to a cap already run is not tried.
 READ_CLOSE = CLOSE / 4
+# The ranking and the model fit the completed trials within this fraction of the best measured,
+RANK_BAND = 0.15
+# once it holds this many (fewer: its own length scales and noise would be guesses, so the
+# ranking fits every completed trial, and the model proposes nothing yet).
+BAND_MIN_POINTS = 8
+# The model's proposal: the best of this many changes of the top 3 configs, each moving one or two
+# numeric parameters by a normal step of MODEL_STEP of the range (log scale if log).
+MODEL_CANDIDATES = 256
+MODEL_STEP = 0.1
 
 
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
@@ -181,13 +198,17 @@ def _scale(dist: IntDistribution | FloatDistribution) -> Callable[[float], float
     return math.log if dist.log else float
 
 
+def _unscale(dist: IntDistribution | FloatDistribution) -> Callable[[float], float]:
+    """The inverse of `_scale`."""
+    return math.exp if dist.log else float
+
+
 def neighbours(dist: BaseDistribution, value: Any, sweep_pass: int) -> list[Any]:
     """Numeric values either side of `value`, 1/2^(pass+1) of the range away (log scale if log)."""
     if isinstance(dist, CategoricalDistribution):
         return []
     assert isinstance(dist, (IntDistribution, FloatDistribution))
-    to = _scale(dist)
-    back = (lambda y: math.exp(y)) if dist.log else (lambda y: y)
+    to, back = _scale(dist), _unscale(dist)
     width = (to(dist.high) - to(dist.low)) / 2 ** (sweep_pass + 1)
     out: list[Any] = []
     for y in (to(value) - width, to(value) + width):
@@ -611,7 +632,8 @@ class Strategy:
         one-flag sweep (pass 0: every choice and a coarse grid) of the parameters whose screen
         mattered, biggest effect first; sweeps of parameters inactive at the centre; the combined
         trial; the rest of the unordered categoricals; then refinement: the fine cap read on the
-        centre's ladder, numeric neighbours at a quarter of the range (pass 1).
+        centre's ladder, numeric neighbours at a quarter of the range (pass 1); after that, every
+        other trial is the model's proposal (`_plan_model`) and the rest the sampler's.
         """
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
@@ -650,6 +672,8 @@ class Strategy:
             unordered = [n for n, d in self._dists.items() if SCREEN and _unordered(d)]
             if sweep_pass == 0 and working and self._sweep(study, centre, working, unordered, sweep_pass, swept):
                 return
+        if working:
+            self._plan_model(study)
 
     def _sweep(self, study: optuna.Study, centre: dict[str, Any], working: bool, names: Iterable[str],
                sweep_pass: int, swept: set[Any]) -> bool:
@@ -844,6 +868,53 @@ class Strategy:
                 return True
         return False
 
+    def _plan_model(self, study: optuna.Study) -> bool:
+        """Enqueue the Gaussian-process model's proposal, on every other trial once the plan is done.
+
+        The model is fitted on the band of top trials (as `top` fits it); the proposal is the
+        candidate of highest expected improvement over the best estimate among MODEL_CANDIDATES
+        small changes of the three best configs: numeric parameters only (the sweep mapped the
+        choices), one or two at a time, not a config already measured or known to crash. The
+        candidates are drawn with the number of finished trials as the seed, so a resumed study
+        proposes what the interrupted one would have.
+        """
+        done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and _SKIPPED not in t.user_attrs]
+        if done and done[-1].user_attrs.get(_TAG) == "model":
+            return False  # the sampler's turn: it keeps looking at the whole space
+        band = _band(self._feasible(study))
+        if len(band) < BAND_MIN_POINTS:
+            return False
+        model = fit(self._dists, [t.params for t in band], [float(t.value) for t in band])  # type: ignore[arg-type]
+        if model is None:
+            return False
+        means = model.predict([t.params for t in band])[0]
+        tops = [band[i].params for i in np.argsort(-means)[:3]]
+        rng = np.random.default_rng(len(done))
+        tried = [t.params for t in self._finished(study)]
+        crashes = self.known_crashes(study)
+        candidates: list[dict[str, Any]] = []
+        for i in range(MODEL_CANDIDATES):
+            c = self._active(self._perturb(tops[i % len(tops)], rng))
+            if not any(_same(c, x) for x in [*tried, *candidates]) and not any(
+                    n in c and c[n] in values for n, values in crashes.items()):
+                candidates.append(c)
+        if not candidates:
+            return False
+        gain = model.expected_improvement(candidates, float(means.max()))
+        return self._enqueue(study, [candidates[int(np.argmax(gain))]], {_TAG: "model"})
+
+    def _perturb(self, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """``config`` with one or two of its numeric parameters moved by a normal step of MODEL_STEP."""
+        out = dict(config)
+        numeric = [n for n in out if isinstance(self._dists.get(n), (IntDistribution, FloatDistribution))]
+        for name in rng.choice(numeric, size=min(len(numeric), int(rng.integers(1, 3))), replace=False):
+            dist = self._dists[name]
+            assert isinstance(dist, (IntDistribution, FloatDistribution))
+            to = _scale(dist)
+            step = rng.normal(0.0, MODEL_STEP) * (to(dist.high) - to(dist.low))
+            out[name] = _snap(dist, _unscale(dist)(to(out[name]) + step))
+        return out
+
     def _cap_unread(self, study: optuna.Study, centre: Mapping[str, Any], values: list[Any]) -> list[Any]:
         """The cap values the centre's ladder has not already measured.
 
@@ -990,24 +1061,39 @@ class Strategy:
         else:
             study.tell(trial, state=TrialState.PRUNED)
 
+    def _feasible(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Completed trials meeting every constraint, with a throughput."""
+        return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if _constraint_sum(t) <= 0 and t.value is not None and t.value > 0]
+
     def top(self, study: optuna.Study, k: int = 3) -> list[FrozenTrial]:
         """The k best feasible completed trials, distinct configs: what the end re-measures.
 
-        Ranked by the surrogate's estimate, which pools similar configs' measurements, rather than
-        by the single measured value: the highest measurement is often the luckiest. The plain
-        sampler (``guided=False``) ranks by measured value, as Optuna's ``best_trial`` does.
+        The trials within RANK_BAND of the best measured (once BAND_MIN_POINTS are; else all) come
+        first, ranked by the surrogate's estimate, which pools similar configs' measurements,
+        rather than by the single measured value: the highest measurement is often the luckiest.
+        The rest follow by measured value.
+        The plain sampler (``guided=False``) ranks by measured value, as Optuna's ``best_trial`` does.
         """
-        ok = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if _constraint_sum(t) <= 0 and t.value is not None and t.value > 0]
-        values = [float(t.value) for t in ok]  # type: ignore[arg-type]
-        pooled = posterior_means(self._dists, [t.params for t in ok], values) if self.guided else values
-        estimate = dict(zip((t.number for t in ok), pooled))
+        ok = self._feasible(study)
+        estimate = {t.number: (False, float(t.value)) for t in ok}  # type: ignore[arg-type]
+        if self.guided:
+            band = _band(ok)
+            fitted = band if len(band) >= BAND_MIN_POINTS else ok
+            pooled = posterior_means(self._dists, [t.params for t in fitted], [float(t.value) for t in fitted])  # type: ignore[arg-type]
+            estimate.update({t.number: (True, p) for t, p in zip(fitted, pooled)})
         ok.sort(key=lambda t: estimate[t.number], reverse=True)
         picked: list[FrozenTrial] = []
         for t in ok:
             if not any(_same(t.params, p.params) for p in picked):
                 picked.append(t)
         return picked[:k]
+
+
+def _band(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials measured within RANK_BAND of the best of ``trials`` (completed, with a value)."""
+    best = max((float(t.value) for t in trials), default=0.0)  # type: ignore[arg-type]
+    return [t for t in trials if float(t.value) >= best * (1.0 - RANK_BAND)]  # type: ignore[arg-type]
 
 
 def configs_of(grid: Mapping[str, Sequence[Any]], space: SpaceLike) -> list[dict[str, Any]]:

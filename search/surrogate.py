@@ -4,8 +4,9 @@ Each trial is measured once and throughput varies a few percent between runs, so
 the highest measured value is often a lucky one (the winner's curse): after a night of trials near
 the optimum, the top measurement is mostly noise. A Gaussian process with a noise term pools the
 evidence of similar configs (the same backend, nearby caps); its posterior mean is the estimate to
-rank measured configs by, and its mean and spread at an untried config say how promising it is.
-Optuna's `GPSampler` fits one internally but exposes no posterior; this one is numpy and scipy.
+rank measured configs by, and its mean and spread at an untried config say how promising it is
+(`expected_improvement`). Optuna's `GPSampler` fits one internally but exposes no posterior and
+proposes over the whole space; this one is numpy and scipy.
 
 Model: log throughput, an RBF kernel with one length scale per parameter (a categorical's one-hot
 columns share it; an inactive conditional parameter is its own column), a constant mean, signal
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from scipy.optimize import minimize
+from scipy.stats import norm
 
 # Bounds of the fitted relative noise: measurements on real servers vary 1-10%.
 NOISE_BOUNDS = (0.005, 0.1)
@@ -74,6 +76,13 @@ class Surrogate:
         v = np.linalg.solve(self.chol, k.T)
         var = np.maximum(self.signal - (v * v).sum(0), 1e-12)
         return mean, self.scale * np.sqrt(var)
+
+    def expected_improvement(self, configs: Sequence[Mapping[str, Any]], best: float) -> np.ndarray:
+        """How much each config is expected to beat ``best`` (a log throughput) by, in log throughput:
+        high where the mean is high or the model is unsure, so a proposal both exploits and explores."""
+        mean, sd = self.predict(configs)
+        z = (mean - best) / sd
+        return (mean - best) * norm.cdf(z) + sd * norm.pdf(z)
 
 
 def fit(dists: Mapping[str, BaseDistribution], configs: Sequence[Mapping[str, Any]],

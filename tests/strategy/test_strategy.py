@@ -603,3 +603,80 @@ def test_the_final_centres_cap_is_read_again_where_its_curve_kinks() -> None:
              for t in asked if t.user_attrs.get("sweep_pass") in ("ladder", "kink")]
     assert [kind for kind, _ in reads] == ["ladder", "kink"]
     assert abs(reads[1][1] - 160) < abs(reads[0][1] - 160) and 150 <= reads[1][1] <= 175
+
+
+def _completed(space: FixtureSpace, strategy: Strategy, study: optuna.Study, runs: list[tuple[dict, float]]) -> None:
+    for change, value in runs:
+        study.enqueue_trial({**space.baseline, **change})
+        trial = study.ask()
+        space.suggest(trial)
+        strategy.tell(study, trial, "completed", objective=value)
+
+
+def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nine uncapped configs within a few percent of each other differ in NCCL channels and memory
+    fraction; seven capped ones run at 30-85% of them. Fitted on all sixteen, the model spends its
+    length scales on the cap and reorders the top; fitted on the band near the best, it does not."""
+    import search.strategy as strategy_module
+
+    def run(n: int, mem: float, cap: int = 2048) -> dict:
+        return {"--moe-runner-backend": "cutlass", "--max-running-requests": cap, "NCCL_MIN_NCHANNELS": n,
+                "--mem-fraction-static": mem}
+
+    top = [(run(n, m), v) for n, m, v in [(4, .88, 3000), (16, .90, 3200), (32, .88, 2950), (8, .92, 3100),
+                                          (12, .95, 3180), (24, .85, 3050), (2, .90, 2900), (16, .95, 3150), (20, .88, 3120)]]
+    far = [(run(n, .88, cap), v) for cap, n, v in [(100, 16, 1200), (200, 4, 1900), (300, 32, 2300), (400, 12, 2500),
+                                                 (150, 8, 1500), (600, 20, 2600), (64, 16, 900)]]
+
+    def ranking(runs: list[tuple[dict, float]]) -> list[tuple[int, float]]:
+        space = FixtureSpace()
+        strategy = Strategy(space, seed=0)
+        study = _study(strategy)
+        _completed(space, strategy, study, runs)
+        return [(t.params["NCCL_MIN_NCHANNELS"], t.params["--mem-fraction-static"]) for t in strategy.top(study, 3)]
+
+    assert ranking(top + far) == ranking(top)
+    monkeypatch.setattr(strategy_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
+    assert ranking(top + far) != ranking(top)
+
+
+def test_expected_improvement_rewards_a_higher_mean_and_more_doubt() -> None:
+    from search.surrogate import fit
+    space = FixtureSpace()
+    dists = Strategy(space, seed=0)._dists
+    configs = [{**space.baseline, "NCCL_MIN_NCHANNELS": n} for n in (1, 2, 4, 8)]
+    model = fit(dists, configs, [1000.0, 1100.0, 1200.0, 1300.0])
+    assert model is not None
+    best = float(model.predict(configs)[0].max())
+    gain = model.expected_improvement([{**space.baseline, "NCCL_MIN_NCHANNELS": n} for n in (1, 8, 32)], best)
+    assert gain[0] < gain[1] < gain[2]  # far below < at the best < past the best, unmeasured
+
+
+def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
+    """Once the plan is done and enough trials are near the best, the model proposes every other
+    trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
+    takes the turns between."""
+    from search.strategy import BAND_MIN_POINTS, RANK_BAND
+    space, strategy, study = _started()
+    backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
+
+    def level(config: dict, running: int) -> float:  # an interior NCCL optimum at 16, the cap saturating
+        nccl = 1.0 - 0.08 * abs(config["NCCL_MIN_NCHANNELS"] - 16) / 16
+        return 5000.0 * running / (running + 500) * nccl * backend[config["--moe-runner-backend"]]
+
+    asked = _drive(strategy, study, 45, level)
+    kinds = [t.user_attrs["strategy"] for t in asked]
+    assert "model" in kinds and all(a != "model" or b != "model" for a, b in zip(kinds, kinds[1:]))
+    first = kinds.index("model")
+    done = [study.trials[t.number] for t in asked[:first] if study.trials[t.number].state == TrialState.COMPLETE]
+    best = max(t.value for t in done)
+    assert sum(t.value >= best * (1 - RANK_BAND) for t in done) >= BAND_MIN_POINTS
+    numeric = {"--max-running-requests", "--cuda-graph-max-bs-decode", "--mem-fraction-static", "NCCL_MIN_NCHANNELS"}
+    for t in asked:
+        if t.user_attrs["strategy"] != "model":
+            continue
+        config = study.trials[t.number].params
+        earlier = [study.trials[e.number].params for e in asked if e.number < t.number]
+        assert config not in earlier
+        changes = [{k for k in set(config) | set(e) if config.get(k) != e.get(k)} for e in earlier]
+        assert any(0 < len(c) <= 2 and c <= numeric for c in changes)
