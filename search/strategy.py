@@ -126,6 +126,9 @@ RANK_BAND = 0.15
 # once it holds this many (fewer: its own length scales and noise would be guesses, so the
 # ranking fits every completed trial, and the model proposes nothing yet).
 BAND_MIN_POINTS = 8
+# The first of the ranking is a trial measured within this fraction of the best (over twice the
+# few-percent noise of one measurement).
+RANK_GUARD = 0.06
 # The model's proposal: the best of this many changes of the top 3 configs, each moving one or two
 # numeric parameters by a normal step of MODEL_STEP of the range (log scale if log).
 MODEL_CANDIDATES = 256
@@ -1069,19 +1072,22 @@ class Strategy:
     def top(self, study: optuna.Study, k: int = 3) -> list[FrozenTrial]:
         """The k best feasible completed trials, distinct configs: what the end re-measures.
 
-        The trials within RANK_BAND of the best measured (once BAND_MIN_POINTS are; else all) come
-        first, ranked by the surrogate's estimate, which pools similar configs' measurements,
-        rather than by the single measured value: the highest measurement is often the luckiest.
-        The rest follow by measured value.
+        Ranked by the surrogate's estimate (fitted on the trials within RANK_BAND of the best
+        measured once BAND_MIN_POINTS are, else on all), which pools similar configs'
+        measurements, rather than by the single measured value: the highest measurement is often
+        the luckiest. The trials measured within RANK_GUARD of the best come first whatever the
+        estimate says of the others: a fit whose length scales collapsed on a sharp optimum can
+        rank a config measured far below first. Trials outside the band follow by measured value.
         The plain sampler (``guided=False``) ranks by measured value, as Optuna's ``best_trial`` does.
         """
         ok = self._feasible(study)
         estimate = {t.number: (False, float(t.value)) for t in ok}  # type: ignore[arg-type]
-        if self.guided:
+        if self.guided and ok:
             band = _band(ok)
             fitted = band if len(band) >= BAND_MIN_POINTS else ok
             pooled = posterior_means(self._dists, [t.params for t in fitted], [float(t.value) for t in fitted])  # type: ignore[arg-type]
-            estimate.update({t.number: (True, p) for t, p in zip(fitted, pooled)})
+            near = max(float(t.value) for t in ok) * (1.0 - RANK_GUARD)  # type: ignore[arg-type]
+            estimate.update({t.number: (float(t.value) >= near, p) for t, p in zip(fitted, pooled)})  # type: ignore[arg-type]
         ok.sort(key=lambda t: estimate[t.number], reverse=True)
         picked: list[FrozenTrial] = []
         for t in ok:

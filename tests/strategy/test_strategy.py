@@ -680,3 +680,18 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
         assert config not in earlier
         changes = [{k for k in set(config) | set(e) if config.get(k) != e.get(k)} for e in earlier]
         assert any(0 < len(c) <= 2 and c <= numeric for c in changes)
+
+
+def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
+    sharp optimum), the first of the ranking was measured within RANK_GUARD of the best."""
+    import search.strategy as strategy_module
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    _completed(space, strategy, study, [({"NCCL_MIN_NCHANNELS": n}, v) for n, v in
+                                        [(1, 900.0), (2, 1000.0), (4, 980.0), (8, 920.0), (16, 960.0)]])
+    monkeypatch.setattr(strategy_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
+    ranked = [t.value for t in strategy.top(study, 5)]
+    assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
+    assert sorted(ranked[3:]) == [900.0, 920.0]
