@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +14,12 @@ import yaml
 from search.hosts.base import MARKER_ENV
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
+
+
+def ctrl_c_reaches() -> None:
+    """``preexec_fn`` of a driver a test will Ctrl-C: a suite started in the background by a
+    non-interactive shell (``bash .ci/run &``) inherits SIGINT ignored, and Python keeps it so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 

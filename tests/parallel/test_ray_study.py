@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from search.cli import app
 
+from tests.helpers import ctrl_c_reaches
 from tests.parallel.conftest import SLOW_BELOW, LocalCluster, driver, marker_processes, parent, study_command
 
 N_TRIALS = 8
@@ -99,7 +100,8 @@ def test_ctrl_c_tears_down_every_host_and_the_same_command_resumes(ray_cluster: 
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     command = study_command(tmp_path, "ray-ctrl-c", ["--ray", ray_cluster.address], 3, remeasure=0, seed=1)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path, env=env)
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path, env=env,
+                              preexec_fn=ctrl_c_reaches)
     try:
         deadline = time.monotonic() + 120
         while len(set(marker_processes("ray-ctrl-c").values())) < 2:

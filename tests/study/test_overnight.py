@@ -19,7 +19,7 @@ from search.errors import RunFailed
 from search.hosts import LocalHost
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import marker_pids, write_space
+from tests.helpers import ctrl_c_reaches, marker_pids, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -28,7 +28,8 @@ def _driver(workdir: Path, space: Path, study: str, n_trials: int) -> subprocess
     return subprocess.Popen(
         [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study, "--n-trials", str(n_trials),
          "--emulate", "--remeasure", "0", "--seed", "0"],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+        preexec_fn=ctrl_c_reaches)
 
 
 def _running_server(study: str, timeout: float = 60.0) -> tuple[int, str]:
