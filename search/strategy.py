@@ -276,6 +276,11 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return dict(a) == dict(b)
 
 
+def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
+    """The parameter whose value in ``config`` is among its known ``crashes``, if any."""
+    return next((n for n, values in crashes.items() if n in config and config[n] in values), None)
+
+
 def _failure_text(trial: FrozenTrial) -> str:
     """The deciding line and SGLang's advice lines after it (one clause per line)."""
     failure = trial.user_attrs.get("failure") or {}
@@ -542,9 +547,9 @@ class Strategy:
         waiting trial (parallel asks see each other's configs only through this: GPSampler has no
         constant liar; a retry waits with the config of a lost trial, which a planned move may
         repeat). ``asking`` is the trial being asked, itself running."""
-        for name, values in self.known_crashes(study).items():
-            if name in config and config[name] in values:
-                return f"{name}={config[name]!r} crashed when the sweep tried it alone"
+        name = _crashed_choice(config, self.known_crashes(study))
+        if name is not None:
+            return f"{name}={config[name]!r} crashed when the sweep tried it alone"
         for t in self._finished(study):
             if _same(t.params, config):
                 return f"same config as trial {t.number}"
@@ -898,8 +903,7 @@ class Strategy:
         candidates: list[dict[str, Any]] = []
         for i in range(MODEL_CANDIDATES):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
-            if not any(_same(c, x) for x in [*tried, *candidates]) and not any(
-                    n in c and c[n] in values for n, values in crashes.items()):
+            if not any(_same(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
                 candidates.append(c)
         if not candidates:
             return False

@@ -22,7 +22,6 @@ def ctrl_c_reaches() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-
 def toy_landscape(factor: str = '0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0') -> str:
     """A landscape file's text: triton crashes at autotune; throughput is ``factor`` x 200 x sqrt(running).
 

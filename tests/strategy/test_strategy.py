@@ -410,6 +410,15 @@ def test_a_level_that_cannot_catch_the_best_is_pruned() -> None:
     assert strategy.on_level(study, last, 2, 512, 1200.0) is True  # no level after it: not pruned by reach
 
 
+def _completed(space: FixtureSpace, strategy: Strategy, study: optuna.Study, runs: list[tuple[dict, float]]) -> None:
+    """Tell each run completed: the baseline with ``change``, measured ``value``."""
+    for change, value in runs:
+        study.enqueue_trial({**space.baseline, **change})
+        trial = study.ask()
+        space.suggest(trial)
+        strategy.tell(study, trial, "completed", objective=value)
+
+
 def test_top_ranks_by_the_pooled_estimate_not_the_luckiest_measurement() -> None:
     """cutlass was measured four times around 1000 and once at 1100 (a lucky run); a flashinfer_cutlass
     config measured 1060 twice is really better. The measured maximum would pick the lucky run."""
@@ -418,11 +427,8 @@ def test_top_ranks_by_the_pooled_estimate_not_the_luckiest_measurement() -> None
     study = _study(strategy)
     runs = [("cutlass", 64, v) for v in (1000.0, 990.0, 1010.0, 1000.0, 1100.0)] + \
         [("flashinfer_cutlass", 128, 1060.0), ("flashinfer_cutlass", 128, 1060.0)]
-    for backend, batch, value in runs:
-        study.enqueue_trial({**space.baseline, "--moe-runner-backend": backend, "--cuda-graph-max-bs-decode": batch})
-        trial = study.ask()
-        space.suggest(trial)
-        strategy.tell(study, trial, "completed", objective=value)
+    _completed(space, strategy, study, [({"--moe-runner-backend": backend, "--cuda-graph-max-bs-decode": batch}, value)
+                                        for backend, batch, value in runs])
     best = strategy.top(study, 1)[0]
     assert best.params["--moe-runner-backend"] == "flashinfer_cutlass"
     assert max(study.trials, key=lambda t: t.value).params["--moe-runner-backend"] == "cutlass"
@@ -603,14 +609,6 @@ def test_the_final_centres_cap_is_read_again_where_its_curve_kinks() -> None:
              for t in asked if t.user_attrs.get("sweep_pass") in ("ladder", "kink")]
     assert [kind for kind, _ in reads] == ["ladder", "kink"]
     assert abs(reads[1][1] - 160) < abs(reads[0][1] - 160) and 150 <= reads[1][1] <= 175
-
-
-def _completed(space: FixtureSpace, strategy: Strategy, study: optuna.Study, runs: list[tuple[dict, float]]) -> None:
-    for change, value in runs:
-        study.enqueue_trial({**space.baseline, **change})
-        trial = study.ask()
-        space.suggest(trial)
-        strategy.tell(study, trial, "completed", objective=value)
 
 
 def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatch: pytest.MonkeyPatch) -> None:
