@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import math
 
+from search.emulator import cuda_graphs
+
 BACKEND = {"auto": 1.0, "triton": 0.75, "cutlass": 0.93, "flashinfer_cutlass": 0.96, "flashinfer_trtllm": 0.9}
-
-
-def _graphs(flags: dict) -> bool:
-    return not (flags.get("disable_cuda_graph") or flags.get("cuda_graph_backend_decode") == "disabled")
 
 
 def startup(flags: dict, env: dict) -> dict | None:
@@ -33,8 +31,8 @@ def max_running_requests(flags: dict, env: dict) -> int:
 def throughput(flags: dict, env: dict, running: int) -> float:
     mem = flags.get("mem_fraction_static") or 0.85
     rate = 4500.0 * running / (running + 300) * (1.0 - 2.0 * abs(mem - 0.87))
-    if _graphs(flags):
-        batch = flags.get("cuda_graph_max_bs_decode") or 256
+    if cuda_graphs.on(flags):
+        batch = cuda_graphs.decode_max_bs(flags) or 256
         rate *= 1.0 + max(0.0, 0.08 * (1 - abs(math.log2(batch / 200)) / 2.5))
     return rate * BACKEND.get(flags.get("moe_runner_backend") or "auto", 0.7)
 
@@ -43,6 +41,6 @@ def phase_seconds(flags: dict, env: dict) -> dict[str, float]:
     seconds = {"starting": 20.0, "loading": 280.0, "kv_cache": 15.0, "warmup": 10.0}
     if flags.get("moe_runner_backend") in ("flashinfer_cutlass", "flashinfer_trtllm"):
         seconds["autotune"] = 80.0
-    if _graphs(flags):
+    if cuda_graphs.on(flags):
         seconds["cuda_graph"] = 40.0
     return seconds
