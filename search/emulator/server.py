@@ -290,6 +290,8 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
     tail_b = b',"matched_stop":null}]}\n\n'
     include_usage = bool(stream_options.get("include_usage"))
+    # serving_completions.py:395 / serving_chat.py:3691 (0.5.23): the running usage in every chunk.
+    continuous = bool(stream_options.get("continuous_usage_stats"))
 
     async def events() -> AsyncIterator[bytes]:
         if chat:
@@ -299,7 +301,8 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
         async for n in emu.run(req):
             text = json.dumps(emu.text(seed, sent, n)).encode()
             sent = n
-            yield head_b + open_b + text + close_b + b"null" + tail_b
+            usage = b',"usage":' + json.dumps(_usage(n_prompt, n), separators=(",", ":")).encode() if continuous else b""
+            yield head_b + open_b + text + close_b + b"null" + tail_b[:-3] + usage + b"}\n\n"
         finish = json.dumps(req.finish_reason).encode()
         yield head_b + open_b + b'""' + close_b + finish + tail_b
         if include_usage:

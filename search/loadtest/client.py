@@ -5,6 +5,14 @@ prompt per request keeps the prefix cache from flattering the result); ``ignore_
 ``max_tokens`` fixes the output length. Chat takes text, not ids: its prompt is ``input_len``
 common words, each a single token in common tokenizers, and the chat template adds its own, so
 the input length counted is the server's ``prompt_tokens`` whenever it reports one.
+
+Output tokens are counted per chunk from what arrived, never from what was asked for: requests
+ask for ``continuous_usage_stats`` (SGLang 0.5.23 ``serving_completions.py:395`` and
+``serving_chat.py:3691`` then put the cumulative ``usage`` in every chunk; vLLM does the same),
+and /generate's ``meta_info.completion_tokens`` is cumulative in every chunk
+(``tokenizer_manager.py``). A server that gives no running count is counted by the characters
+it sent (``Record.exact`` False); the metrics turn characters into tokens with the ratio of
+requests that finished, a property of the text and not of how it was chunked.
 """
 
 from __future__ import annotations
@@ -32,13 +40,19 @@ _HEADERS = {"content-type": "application/json"}
 
 @dataclass(slots=True)
 class Record:
-    """A request's timeline: send time, the arrival time of each content chunk, the end."""
+    """A request's timeline: send time, each content chunk's arrival and what it brought, the end.
+
+    ``counts[i]`` is the output received up to and including chunk ``i``: the server's
+    cumulative token count while ``exact``, else cumulative characters of text.
+    """
 
     send: float
     input_tokens: int  # the server's prompt_tokens once a chunk gives it; until then the length sent
     chunks: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    exact: bool = True  # every chunk so far came with the server's running token count
     end: float | None = None
-    output_tokens: int | None = None  # from the usage chunk; None while unknown
+    output_tokens: int | None = None  # the server's final count (usage chunk, last meta_info)
     error: str | None = None  # error kind; None when it succeeded or is still running
 
     @property
@@ -47,8 +61,20 @@ class Record:
         return self.end is not None and self.error is None and bool(self.chunks)
 
     def tokens(self) -> int:
-        """Output tokens: the server's count when it gave one, else the content chunks seen."""
-        return self.output_tokens if self.output_tokens is not None else len(self.chunks)
+        """Output tokens of the whole request: the server's count, else what the chunks carried."""
+        if self.output_tokens is not None:
+            return self.output_tokens
+        return self.counts[-1] if self.exact and self.counts else len(self.chunks)
+
+    def add_chunk(self, at: float, tokens: int | None, chars: int) -> None:
+        """One content chunk: ``tokens`` the server's running count, or None when it gave none."""
+        if tokens is None or not self.exact:
+            if self.exact:  # the first chunk without a count: switch the record to characters
+                self.exact = False
+                self.counts = [0] * len(self.counts)  # earlier chunks' text is unknown now: none
+            tokens = (self.counts[-1] if self.counts else 0) + chars
+        self.chunks.append(at)
+        self.counts.append(tokens)
 
 
 class Prompts:
@@ -63,23 +89,26 @@ class Prompts:
 
     HEAD = 16
     POOL = 64
+    POOL_TOKENS = 1 << 22  # the pool's tails hold at most about this many tokens in all
 
     def __init__(self, spec: LadderSpec, model: str, rng: random.Random) -> None:
         self.api, self.rng = spec.api, rng
         self.head = min(self.HEAD, spec.input_len)
         tail = spec.input_len - self.head
+        pool = max(2, min(self.POOL, self.POOL_TOKENS // max(tail, 1)))
         if spec.api == "chat":  # chat takes text, not ids: words of one token each
-            self.tails = [" ".join(rng.choice(_WORDS) for _ in range(tail)) for _ in range(self.POOL)]
+            self.tails = [" ".join(rng.choice(_WORDS) for _ in range(tail)) for _ in range(pool)]
         else:
             self.tails = [",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(tail))
-                          for _ in range(self.POOL)]
+                          for _ in range(pool)]
         if spec.api == "generate":
             sampling = {"temperature": 0.0, "max_new_tokens": spec.output_len, "ignore_eos": True}
             self.rest = json.dumps({"sampling_params": sampling, "stream": True})[1:]
         else:
             self.rest = json.dumps({"model": model, "max_tokens": spec.output_len, "temperature": 0.0,
                                     "ignore_eos": True, "stream": True,
-                                    "stream_options": {"include_usage": True}})[1:]
+                                    "stream_options": {"include_usage": True,
+                                                       "continuous_usage_stats": True}})[1:]
 
     def body(self) -> bytes:
         """The JSON of the next request."""
@@ -94,23 +123,27 @@ class Prompts:
         return ('{"' + key + '": [' + ids + "], " + self.rest).encode()
 
 
-def _content(api: str, data: dict[str, Any], seen: int) -> tuple[bool, dict[str, Any] | None, int]:
-    """(chunk carries new output, the server's token counts if this chunk has them, tokens seen so far).
+def _content(api: str, data: dict[str, Any], seen: int) -> tuple[int, int | None, dict[str, Any] | None]:
+    """(characters of new output, the running output token count if the chunk gives one, the counts).
 
-    The counts are a dict with ``prompt_tokens`` and ``completion_tokens``: the usage chunk's, or
-    /generate's ``meta_info``, which carries a cumulative count with every chunk.
+    The counts are a dict with ``prompt_tokens`` and ``completion_tokens``: the usage of a usage
+    chunk or of a chunk under ``continuous_usage_stats``, or /generate's ``meta_info``. A chunk
+    brings new output when it has text, or (/generate, whose ``text`` is cumulative) when its
+    count grew past ``seen``.
     """
     if api == "generate":
         meta = data.get("meta_info") or {}
         count = meta.get("completion_tokens") or 0
-        return count > seen, meta, max(seen, count)
+        text = data.get("text") or ""
+        return (max(1, len(text)) if count > seen else 0), count, meta
     usage = data.get("usage")
     choices = data.get("choices")
     if not choices:
-        return False, usage, seen
+        return 0, None, usage
     choice = choices[0]
     text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
-    return bool(text), usage, seen
+    running = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return len(text or ""), running, usage
 
 
 class _Events:
@@ -141,7 +174,23 @@ class _Events:
         return events
 
 
-async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: bytes, record: Record) -> None:
+class ImplausibleUsage(ValueError):
+    """The server counted more output tokens than the request allowed."""
+
+
+def _check_counts(counts: dict[str, Any], max_tokens: int) -> None:
+    """A server's token counts are trusted only within what the request allows.
+
+    ``max_tokens`` bounds ``completion_tokens`` by the API's own rule; a server claiming more
+    (999,999,999 tokens once read as 22 billion tok/s) sent a bad response, not a fast one.
+    """
+    completion = counts.get("completion_tokens")
+    if completion is not None and not (isinstance(completion, int) and 0 <= completion <= max_tokens):
+        raise ImplausibleUsage(f"completion_tokens {completion!r} for max_tokens {max_tokens}")
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: bytes, record: Record,
+                     max_tokens: int) -> None:
     """Send one request and fill ``record`` as chunks arrive; errors become ``record.error``.
 
     Each network read is decoded at once, so a chunk's time is when its bytes were read, as in
@@ -164,9 +213,12 @@ async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: b
                     if "error" in data and not data.get("choices"):
                         record.error = "server_error"
                         return
-                    new, counts, seen = _content(api, data, seen)
-                    if new:
-                        record.chunks.append(now)
+                    chars, running, counts = _content(api, data, seen)
+                    if counts:
+                        _check_counts(counts, max_tokens)
+                    if chars:
+                        record.add_chunk(now, running, chars)
+                        seen = running if running is not None else seen
                     if counts:
                         record.output_tokens = counts.get("completion_tokens", record.output_tokens)
                         record.input_tokens = counts.get("prompt_tokens") or record.input_tokens
@@ -179,6 +231,8 @@ async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: b
         record.error = "timeout"
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError):
         record.error = "disconnected"
+    except ImplausibleUsage:
+        record.error = "implausible_usage"
     except (aiohttp.ClientResponseError, ValueError, AttributeError, TypeError):
         record.error = "bad_response"  # a malformed HTTP response, JSON or event
     except asyncio.CancelledError:

@@ -22,10 +22,10 @@ from search.errors import BadInput
 from search.loadtest.client import Prompts
 from search.loadtest.metrics import (
     LevelResult,
-    chunks_between,
     from_requests,
     from_window,
     relative_half_width,
+    tokens_between,
 )
 from search.loadtest.spec import LadderSpec
 from search.loadtest.streams import Source, Streams, Workers, make_session
@@ -36,6 +36,8 @@ ShouldAbort = Callable[[], "str | None"]
 _TICK_S = 0.05  # how often a level polls should_abort, errors and its clock
 _MIN_BINS = 10  # convergence needs at least this many throughput bins
 _MIN_FINISHED_FOR_ERROR_RATE = 20
+# A server that takes requests and never answers: a failure, not a measurement of zero.
+NO_PROGRESS = "no request finished or streamed within the level"
 CLIENT_BUSY = 0.85  # a client process using this share of a core or more may be the bottleneck
 MAX_WORKERS = max(1, os.cpu_count() or 1)
 
@@ -78,17 +80,28 @@ def check_reachable(url: str, timeout: float = 5.0) -> None:
         raise BadInput(f"cannot reach {url}: {exc.__class__.__name__} — is the server running?") from None
 
 
-async def _model_name(session: aiohttp.ClientSession, url: str, spec: LadderSpec) -> str:
-    """The served model name from /v1/models (SGLang's OpenAI routes expect it)."""
-    if spec.model:
-        return spec.model
+async def _model_card(session: aiohttp.ClientSession, url: str, spec: LadderSpec) -> tuple[str, int | None]:
+    """The served model name and its context length, from /v1/models (SGLang's ``ModelCard``).
+
+    SGLang's OpenAI routes expect the name; ``max_model_len`` bounds the request shape.
+    """
     try:
         async with session.get(url + "/v1/models") as resp:
-            return str((await resp.json(content_type=None))["data"][0]["id"])
+            card = (await resp.json(content_type=None))["data"][0]
     except aiohttp.ClientConnectorError:
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError):
-        return "default"  # not an OpenAI-style server list: SGLang accepts any name
+        card = {}  # not an OpenAI-style server list: SGLang accepts any name
+    context = card.get("max_model_len") if isinstance(card, dict) else None
+    name = spec.model or (str(card["id"]) if isinstance(card, dict) and "id" in card else "default")
+    return name, context if isinstance(context, int) and context > 0 else None
+
+
+def check_context(spec: LadderSpec, context: int | None, url: str) -> None:
+    """Refuse a request shape longer than the server's context: it would only be rejected."""
+    if context is not None and spec.input_len + spec.output_len > context:
+        raise BadInput(f"--input-len {spec.input_len} + --output-len {spec.output_len} exceeds the context "
+                       f"length {context} of the model at {url}; use a shorter shape")
 
 
 class _Level:
@@ -160,21 +173,40 @@ class _Level:
                 break
         t0 = now
         bin_s = min(5.0, max(0.2, spec.duration_s / 30))
-        bins: list[int] = []
+        bins: list[float] = []
         ci = float("inf")
         while True:
             now = await self._tick()
             while now >= t0 + (len(bins) + 1) * bin_s:
                 a = t0 + len(bins) * bin_s
-                bins.append(chunks_between(records, a, a + bin_s))
+                bins.append(tokens_between(records, a, a + bin_s))
                 ci = relative_half_width(bins)
             if now - t0 >= spec.duration_s:
-                return from_window(self.concurrency, records, t0, now,
-                                   converged=ci < spec.converge_ci, output_throughput_ci=_finite(ci))
-            if len(bins) >= _MIN_BINS and ci < spec.converge_ci:
+                level = from_window(self.concurrency, records, t0, now, converged=_converged(bins, ci, spec),
+                                    output_throughput_ci=_finite(ci))
+                if not level.total_output_tokens and not level.completed:
+                    raise _Abort(NO_PROGRESS)
+                return level
+            if len(bins) >= _MIN_BINS and _converged(bins, ci, spec):
                 t1 = t0 + len(bins) * bin_s  # end on a bin boundary: the window the CI describes
                 return from_window(self.concurrency, records, t0, t1, converged=True,
                                    ended_early=True, output_throughput_ci=ci)
+
+
+def _converged(bins: list[float], ci: float, spec: LadderSpec) -> bool:
+    """The bins' mean is known to ``converge_ci`` and they are level, not still rising or falling.
+
+    A tight confidence interval alone is not enough: when every stream starts at once, the
+    requests move as a cohort, and the bins after its first tokens can agree closely while the
+    rate still climbs toward its steady state. A steady state's halves agree to within noise
+    (their difference's 95% bound is about twice the half-width), so halves further apart than
+    three half-widths mean the window has not reached it.
+    """
+    if ci >= spec.converge_ci:
+        return False
+    half = len(bins) // 2
+    first, second = sum(bins[:half]) / half, sum(bins[-half:]) / half
+    return abs(second - first) <= 3 * spec.converge_ci * (first + second) / 2
 
 
 def _finite(x: float) -> float | None:
@@ -191,10 +223,11 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
     async with contextlib.AsyncExitStack() as stack:
         session = await stack.enter_async_context(make_session(spec))
         try:
-            model = await _model_name(session, url, spec)
+            model, context = await _model_card(session, url, spec)
         except aiohttp.ClientConnectorError:
             result.aborted, result.aborted_at = f"server died: {_refused(url)}", spec.concurrency[0]
             return result
+        check_context(spec, context, url)
         pool: Workers | None = None
         stack.callback(lambda: pool.close() if pool else None)
         for concurrency in spec.concurrency:

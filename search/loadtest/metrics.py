@@ -9,8 +9,9 @@ Two ways to cut the samples:
 - ``from_requests``: every request from the first send to the last end, exactly as
   bench_serving counts ``--num-prompts N``;
 - ``from_window``: a steady-state window [t0, t1) of a closed loop. Output tokens are the
-  tokens that *arrived* in the window, so a 60 s window measures the rate even when one
-  request takes minutes; each metric takes its samples from events inside the window.
+  tokens that *arrived* in the window, counted from what each chunk brought (never from what
+  a request asked for), so a 60 s window measures the rate even when every request takes
+  minutes and none ends inside it; each metric takes its samples from events inside the window.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ class LevelResult:
     output_throughput_ci: float | None = None  # relative 95% half-width of output_throughput
     client_cpu: float | None = None  # the busiest client process's CPU, as a share of one core
     client_processes: int = 1  # processes the level's streams ran in
+    # A window's TTFT came from requests whose first token arrived inside it; False: none did,
+    # and TTFT is that of the level's requests before it (see from_window).
+    ttft_in_window: bool = True
+    # How output tokens were counted: "server" (running counts in every chunk), "text"
+    # (characters over the finished requests' characters per token), "chunks" (one a chunk).
+    output_tokens_counted: str | None = "server"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,14 +102,15 @@ def _tpot(r: Record) -> float | None:
 
 
 def _build(level: int, duration: float, done: list[Record], ttft: list[float], itl: list[float],
-           out_tokens: float, busy: float, errors: dict[str, int], **extra: Any) -> LevelResult:
+           out_tokens: float, busy: float, errors: dict[str, int], tpot: list[float] | None = None,
+           in_tokens: int | None = None, **extra: Any) -> LevelResult:
     dur = max(duration, 1e-9)
-    in_tokens = sum(r.input_tokens for r in done)
+    in_tokens = sum(r.input_tokens for r in done) if in_tokens is None else in_tokens
     samples = {
         "ttft": ttft,
         "itl": itl,
-        "tpot": [t for r in done if (t := _tpot(r)) is not None],
-        "e2e_latency": [r.end - r.send for r in done],
+        "tpot": tpot if tpot is not None else [t for r in done if (t := _tpot(r)) is not None],
+        "e2e_latency": [r.end - r.send for r in done],  # type: ignore[operator]
     }
     summaries: dict[str, float | None] = {}
     for name in _STATS:
@@ -127,6 +135,7 @@ def _build(level: int, duration: float, done: list[Record], ttft: list[float], i
 def from_requests(level: int, records: list[Record]) -> LevelResult:
     """All requests, bench_serving's way: duration from the first send to the last end."""
     done = [r for r in records if r.ok]
+    counted = "server" if all(r.output_tokens is not None or r.exact for r in done) else "chunks"
     start = min((r.send for r in records), default=0.0)
     end = max((r.end for r in records if r.end is not None), default=start)
     return _build(
@@ -136,39 +145,97 @@ def from_requests(level: int, records: list[Record]) -> LevelResult:
         ttft=[r.chunks[0] - r.send for r in done],
         itl=[b - a for r in done for a, b in zip(r.chunks, r.chunks[1:])],
         out_tokens=sum(r.tokens() for r in done),
-        busy=sum(r.end - r.send for r in done),
+        busy=sum(r.end - r.send for r in done),  # type: ignore[operator]
         errors=error_counts(records),
+        output_tokens_counted=counted if done else None,
     )
 
 
+class TokenCount:
+    """Output tokens of a stretch of a record's chunks, from what those chunks brought.
+
+    Exact records carry the server's running count. The others carry characters, turned into
+    tokens by the record's own ratio once it finished with a usage count, else by the ratio of
+    the finished ones (``chars_per_token``); with neither, a chunk counts as one token.
+    ``how`` says which of these a level's figure rests on.
+    """
+
+    def __init__(self, records: list[Record]) -> None:
+        chars = tokens = 0
+        for r in records:
+            if not r.exact and r.ok and r.output_tokens:
+                chars, tokens = chars + r.counts[-1], tokens + r.output_tokens
+        self.chars_per_token = chars / tokens if tokens else None
+        self.how: set[str] = set()
+
+    def between(self, r: Record, lo: int, hi: int) -> float:
+        """Tokens of chunks ``lo..hi-1`` of ``r``."""
+        if hi <= lo:
+            return 0.0
+        before = r.counts[lo - 1] if lo else 0
+        if r.exact:
+            self.how.add("server")
+            return float(r.counts[hi - 1] - before)
+        ratio = (r.counts[-1] / r.output_tokens if r.ok and r.output_tokens and r.counts[-1]
+                 else self.chars_per_token)
+        if not ratio:
+            self.how.add("chunks")
+            return float(hi - lo)
+        self.how.add("text")
+        return (r.counts[hi - 1] - before) / ratio
+
+    def source(self) -> str | None:
+        """How the level's tokens were counted: the least exact way any record needed."""
+        return next((h for h in ("chunks", "text", "server") if h in self.how), None)
+
+
 def from_window(level: int, records: list[Record], t0: float, t1: float, **extra: Any) -> LevelResult:
-    """The steady-state window [t0, t1) of a closed loop (see the module docstring)."""
-    finished = [r for r in records if r.ok and r.output_tokens is not None]
-    # Tokens per content chunk (above 1 with --stream-interval > 1), learnt from finished
-    # requests' usage counts, weighs the chunks of requests still running at t1.
-    per_chunk = sum(r.tokens() for r in finished) / max(sum(len(r.chunks) for r in finished), 1) if finished else 1.0
+    """The steady-state window [t0, t1) of a closed loop (see the module docstring).
+
+    Every figure comes from events inside the window, so it holds whether or not any request
+    ends in it: output tokens are those the window's chunks brought; ITL the gaps between chunks
+    both inside; TPOT per request, the time between its first and last chunk inside over the
+    tokens after the first (for a request that ends inside, bench_serving's (E2E - TTFT) / (n - 1)
+    is the same span); TTFT of the requests whose first token came inside, or, when none did
+    (a cohort started together and still decoding), of those whose first token came before it
+    in this level (``ttft_in_window`` False); input tokens those of the prompts whose first
+    token came inside; E2E of the requests that ended inside (None when none did: a request
+    longer than the window has no E2E yet).
+    """
+    count = TokenCount(records)
     out_tokens = 0.0
     ttft: list[float] = []
+    ttft_before: list[float] = []
     itl: list[float] = []
+    tpot: list[float] = []
     busy = 0.0
+    in_tokens = 0  # prompts whose prefill ended in the window (their first token came inside)
     for r in records:
         end = r.end if r.end is not None else t1
         busy += max(0.0, min(end, t1) - max(r.send, t0))
         if not r.chunks:
             continue
         lo, hi = bisect_left(r.chunks, t0), bisect_left(r.chunks, t1)
-        weight = r.output_tokens / len(r.chunks) if r.ok and r.output_tokens else per_chunk
-        out_tokens += (hi - lo) * weight
+        out_tokens += count.between(r, lo, hi)
         if lo == 0 < hi:
             ttft.append(r.chunks[0] - r.send)
+            in_tokens += r.input_tokens
+        elif lo > 0:
+            ttft_before.append(r.chunks[0] - r.send)
         itl.extend(r.chunks[i] - r.chunks[i - 1] for i in range(max(lo, 1), hi))
+        if hi - lo >= 2 and (after_first := count.between(r, lo + 1, hi)) > 0:
+            tpot.append((r.chunks[hi - 1] - r.chunks[lo]) / after_first)
     done = [r for r in records if r.ok and t0 <= r.end < t1]  # type: ignore[operator]
-    return _build(level, t1 - t0, done, ttft, itl, out_tokens, busy, error_counts(records), **extra)
+    return _build(level, t1 - t0, done, ttft or ttft_before, itl, out_tokens, busy, error_counts(records),
+                  tpot=tpot, in_tokens=in_tokens, ttft_in_window=bool(ttft) or not ttft_before,
+                  output_tokens_counted=count.source(), **extra)
 
 
-def chunks_between(records: list[Record], a: float, b: float) -> int:
-    """Content chunks that arrived in [a, b): the convergence test's per-bin count."""
-    return sum(bisect_left(r.chunks, b) - bisect_left(r.chunks, a) for r in records if r.chunks and r.send < b)
+def tokens_between(records: list[Record], a: float, b: float) -> float:
+    """Output tokens that arrived in [a, b): the convergence test's per-bin count."""
+    count = TokenCount(records)
+    return sum(count.between(r, bisect_left(r.chunks, a), bisect_left(r.chunks, b))
+               for r in records if r.chunks and r.send < b)
 
 
 def relative_half_width(bins: list[int]) -> float:

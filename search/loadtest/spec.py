@@ -12,6 +12,11 @@ from typing import Any
 from search.errors import BadInput
 
 APIS = ("completions", "chat", "generate")
+# Sane maxima, checked before anything is built: past them the client's own prompts and tasks
+# would eat the machine (a 10^11-token prompt once grew the client by 130 MB/s). The server's
+# context length, when it tells, bounds the shape further (ladder.check_context).
+MAX_CONCURRENCY = 65_536
+MAX_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,12 @@ class LadderSpec:
             raise BadInput("--concurrency: every level must be a positive integer, e.g. 64,256,512,1024")
         if self.input_len < 1 or self.output_len < 1:
             raise BadInput("--input-len and --output-len must be at least 1 token")
+        if max(self.concurrency) > MAX_CONCURRENCY:
+            raise BadInput(f"--concurrency: {max(self.concurrency)} streams is over the {MAX_CONCURRENCY:,} "
+                           "this client runs; use fewer")
+        if max(self.input_len, self.output_len) > MAX_TOKENS:
+            raise BadInput(f"--input-len / --output-len: at most {MAX_TOKENS:,} tokens "
+                           f"(got {max(self.input_len, self.output_len):,})")
         if (self.duration_s is None) == (self.requests is None):
             raise BadInput("give exactly one of --duration and --requests")
         if self.duration_s is not None and self.duration_s <= 0:

@@ -87,7 +87,7 @@ class Streams:
             body = self.prompts.body()
             record = Record(send=time.perf_counter(), input_tokens=self.spec.input_len)
             self.records.append(record)
-            await stream_one(self.session, self.url, self.spec.api, body, record)
+            await stream_one(self.session, self.url, self.spec.api, body, record, self.spec.output_len)
             self.finished += 1
             if record.error:
                 self.failures[record.error] += 1
@@ -119,6 +119,8 @@ class _Delta:
     send: float
     input_tokens: int
     chunks: list[float]
+    counts: list[int]
+    exact: bool  # False: the record switched to characters; ``counts`` is then whole at the switch
     end: float | None
     output_tokens: int | None
     error: str | None
@@ -163,6 +165,7 @@ class _Outbox:
         self.records = records
         self.sent: list[int] = []  # chunks already sent per record, -1 before its first delta
         self.ended: list[bool] = []
+        self.exact: list[bool] = []  # what the receiver has: exact counts (see Record.add_chunk)
 
     def flush(self, conn: Connection) -> None:
         deltas = []
@@ -170,10 +173,15 @@ class _Outbox:
             if key == len(self.sent):
                 self.sent.append(-1)
                 self.ended.append(False)
+                self.exact.append(True)
             if self.ended[key] or (self.sent[key] == len(r.chunks) and r.end is None):
                 continue
             start = max(self.sent[key], 0)
-            deltas.append(_Delta(key, r.send, r.input_tokens, r.chunks[start:], r.end, r.output_tokens, r.error))
+            # The switch to characters rewrites the earlier counts: send them whole once.
+            counts = r.counts if self.exact[key] and not r.exact else r.counts[start:]
+            self.exact[key] = r.exact
+            deltas.append(_Delta(key, r.send, r.input_tokens, r.chunks[start:], counts, r.exact, r.end,
+                                 r.output_tokens, r.error))
             self.sent[key], self.ended[key] = len(r.chunks), r.end is not None
         if deltas:
             conn.send(("delta", deltas))
@@ -244,6 +252,10 @@ class RemoteStreams:
                 record = self._mirror[(worker, d.key)] = Record(send=d.send, input_tokens=d.input_tokens)
                 self.records.append(record)
             record.chunks.extend(d.chunks)
+            if record.exact and not d.exact:
+                record.counts, record.exact = d.counts, False
+            else:
+                record.counts.extend(d.counts)
             record.input_tokens, record.output_tokens, record.error = d.input_tokens, d.output_tokens, d.error
             if d.end is not None and record.end is None:
                 record.end = d.end

@@ -5,12 +5,19 @@ from __future__ import annotations
 import pytest
 
 from search.loadtest.client import Record
-from search.loadtest.metrics import chunks_between, from_requests, from_window, relative_half_width
+from search.loadtest.metrics import from_requests, from_window, relative_half_width, tokens_between
 
 
 def _rec(send: float, chunks: list[float], tokens: int | None, error: str | None = None) -> Record:
-    return Record(send=send, input_tokens=10, chunks=chunks, end=chunks[-1] if chunks else send + 1,
-                  output_tokens=tokens, error=error)
+    """A finished request whose chunks carried equal shares of its ``tokens`` (server counts)."""
+    per = (tokens or 0) // max(len(chunks), 1)
+    return Record(send=send, input_tokens=10, chunks=chunks, counts=[per * (i + 1) for i in range(len(chunks))],
+                  end=chunks[-1] if chunks else send + 1, output_tokens=tokens, error=error)
+
+
+def _running(send: float, chunks: list[float], counts: list[int], exact: bool = True) -> Record:
+    return Record(send=send, input_tokens=10, chunks=chunks, counts=counts, exact=exact, end=30.0,
+                  error="cancelled")
 
 
 def test_from_requests_uses_bench_serving_definitions() -> None:
@@ -32,24 +39,60 @@ def test_from_requests_uses_bench_serving_definitions() -> None:
 
 
 def test_from_window_counts_only_tokens_that_arrived_in_the_window() -> None:
-    # A long request still running at the window's end: its chunks inside [10, 20) count.
-    running = Record(send=0.0, input_tokens=10, chunks=[float(t) for t in range(1, 30)], end=30.0,
-                     error="cancelled")
-    # A finished one whose usage says 2 tokens per chunk (--stream-interval 2).
+    # A long request still running at the window's end, 3 tokens a chunk by the server's
+    # running count: its chunks inside [10, 20) count, whatever the finished requests did.
+    running = _running(0.0, [float(t) for t in range(1, 30)], [3 * t for t in range(1, 30)])
+    # A finished one whose chunks carried 2 tokens each (--stream-interval 2), one of them inside.
     finished = _rec(9.0, [9.5, 12.0, 15.0], 6)
     lv = from_window(2, [running, finished], t0=10.0, t1=20.0)
     assert lv.duration == pytest.approx(10.0)
-    # running: chunks 10..19 -> 10 chunks at the learnt 2 tokens/chunk; finished: 2 chunks x 2.
-    assert lv.total_output_tokens == 24
-    assert lv.output_throughput == pytest.approx(2.4)
+    assert lv.total_output_tokens == 10 * 3 + 2 * 2
+    assert lv.output_throughput == pytest.approx(3.4)
+    assert lv.output_tokens_counted == "server"
     assert lv.completed == 1 and lv.errors == {}  # a request cut at the level's end is no error
     assert lv.concurrency == pytest.approx((10.0 + 5.0) / 10.0)  # time-averaged in flight
-    assert lv.mean_ttft_ms is None  # no first token fell inside the window: no sample, not 0
+    # No first token fell inside the window: TTFT is that of the level's requests before it.
+    assert not lv.ttft_in_window and lv.mean_ttft_ms == pytest.approx((1.0 + 0.5) / 2 * 1000)
+    # TPOT per request from its chunks inside: running 9 s over 27 tokens after the first,
+    # finished 3 s over 2 tokens.
+    assert lv.mean_tpot_ms == pytest.approx((9 / 27 + 3 / 2) / 2 * 1000)
+
+
+def test_a_finished_request_s_chunking_does_not_weigh_the_running_ones() -> None:
+    """The cause of a 51x reading: one early request ended with 256 tokens in 5 chunks (it ran
+    alone at the whole server's rate); its 51 tokens a chunk were applied to every running
+    request's one-token chunks. Running requests count what their own chunks brought."""
+    early = _rec(0.0, [0.1, 0.2, 0.3, 0.4, 0.5], 255)
+    streams = [_running(0.0, [1.0 + t for t in range(20)], list(range(1, 21))) for _ in range(100)]
+    lv = from_window(101, [early, *streams], t0=5.0, t1=15.0)
+    assert lv.total_output_tokens == 100 * 10
+    assert lv.completed == 0 and lv.mean_e2e_latency_ms is None
+
+
+def test_without_running_counts_text_is_turned_into_tokens_by_the_finished_requests_ratio() -> None:
+    # A server that gives no usage per chunk: records count characters (4 per token here).
+    finished = Record(send=0.0, input_tokens=10, chunks=[1.0, 2.0], counts=[20, 40], exact=False, end=2.0,
+                      output_tokens=10)
+    running = _running(0.0, [float(t) for t in range(1, 30)], [12 * t for t in range(1, 30)], exact=False)
+    lv = from_window(2, [finished, running], t0=10.0, t1=20.0)
+    assert lv.total_output_tokens == 10 * 12 / 4
+    assert lv.output_tokens_counted == "text"
+    # With no request finished there is no ratio: a chunk counts as one token, and it says so.
+    alone = from_window(1, [running], t0=10.0, t1=20.0)
+    assert alone.total_output_tokens == 10 and alone.output_tokens_counted == "chunks"
+
+
+def test_a_record_switches_to_characters_at_its_first_chunk_without_a_count() -> None:
+    r = Record(send=0.0, input_tokens=1)
+    r.add_chunk(1.0, 2, 5)
+    r.add_chunk(2.0, None, 7)
+    r.add_chunk(3.0, 9, 3)  # a count after the switch is not trusted: the record is characters now
+    assert not r.exact and r.counts == [0, 7, 10]
 
 
 def test_convergence_statistics() -> None:
     recs = [_rec(0.0, [0.1, 0.2, 1.1], 3)]
-    assert chunks_between(recs, 0.0, 1.0) == 2
+    assert tokens_between(recs, 0.0, 1.0) == 2
     assert relative_half_width([100] * 10) == 0.0
     assert relative_half_width([100]) == float("inf")
     assert 0.02 < relative_half_width([90, 110] * 5) < 0.1
