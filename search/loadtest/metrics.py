@@ -17,7 +17,7 @@ Two ways to cut the samples:
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
@@ -152,12 +152,17 @@ def from_requests(level: int, records: list[Record]) -> LevelResult:
 
 
 class TokenCount:
-    """Output tokens of a stretch of a record's chunks, from what those chunks brought.
+    """Output tokens a record had received by a time, from what its chunks brought.
 
     Exact records carry the server's running count. The others carry characters, turned into
     tokens by the record's own ratio once it finished with a usage count, else by the ratio of
     the finished ones (``chars_per_token``); with neither, a chunk counts as one token.
     ``how`` says which of these a level's figure rests on.
+
+    Between two chunks the count is interpolated: a chunk's tokens were made over the gap
+    before it. Counting them as a step at the chunk's arrival would make a window's total
+    depend on where its edges fall between chunks: with a whole decode batch streaming in step
+    (a cohort), a short window then gains or loses a whole batch of chunks at each edge.
     """
 
     def __init__(self, records: list[Record]) -> None:
@@ -168,21 +173,34 @@ class TokenCount:
         self.chars_per_token = chars / tokens if tokens else None
         self.how: set[str] = set()
 
-    def between(self, r: Record, lo: int, hi: int) -> float:
-        """Tokens of chunks ``lo..hi-1`` of ``r``."""
-        if hi <= lo:
-            return 0.0
-        before = r.counts[lo - 1] if lo else 0
+    def _unit(self, r: Record) -> float | None:
+        """Units of ``r.counts`` per token; None: count chunks instead."""
         if r.exact:
             self.how.add("server")
-            return float(r.counts[hi - 1] - before)
+            return 1.0
         ratio = (r.counts[-1] / r.output_tokens if r.ok and r.output_tokens and r.counts[-1]
                  else self.chars_per_token)
-        if not ratio:
-            self.how.add("chunks")
-            return float(hi - lo)
-        self.how.add("text")
-        return (r.counts[hi - 1] - before) / ratio
+        self.how.add("text" if ratio else "chunks")
+        return ratio
+
+    def _units(self, r: Record, i: int, unit: float | None) -> float:
+        """Units received with chunks ``0..i-1``."""
+        if i <= 0:
+            return 0.0
+        return float(r.counts[i - 1]) if unit else float(i)
+
+    def received(self, r: Record, t: float) -> float:
+        """Tokens ``r`` had received by ``t`` (interpolated between its chunks)."""
+        if not r.chunks or t < r.chunks[0]:
+            return 0.0
+        unit = self._unit(r)
+        i = bisect_right(r.chunks, t)  # chunks 0..i-1 arrived by t
+        units = self._units(r, i, unit)
+        if i < len(r.chunks):
+            gap = r.chunks[i] - r.chunks[i - 1]
+            if gap > 0:
+                units += (self._units(r, i + 1, unit) - units) * (t - r.chunks[i - 1]) / gap
+        return units / (unit or 1.0)
 
     def source(self) -> str | None:
         """How the level's tokens were counted: the least exact way any record needed."""
@@ -193,10 +211,10 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
     """The steady-state window [t0, t1) of a closed loop (see the module docstring).
 
     Every figure comes from events inside the window, so it holds whether or not any request
-    ends in it: output tokens are those the window's chunks brought; ITL the gaps between chunks
-    both inside; TPOT per request, the time between its first and last chunk inside over the
-    tokens after the first (for a request that ends inside, bench_serving's (E2E - TTFT) / (n - 1)
-    is the same span); TTFT of the requests whose first token came inside, or, when none did
+    ends in it: output tokens are those received in it (``TokenCount.received``); ITL the gaps between chunks
+    both inside; TPOT per request, the time it spent decoding inside (from its first chunk or
+    t0, to its last chunk or t1) over the tokens it received in that time (for a request wholly
+    inside, bench_serving's (E2E - TTFT) / (n - 1)); TTFT of the requests whose first token came inside, or, when none did
     (a cohort started together and still decoding), of those whose first token came before it
     in this level (``ttft_in_window`` False); input tokens those of the prompts whose first
     token came inside; E2E of the requests that ended inside (None when none did: a request
@@ -216,15 +234,16 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
         if not r.chunks:
             continue
         lo, hi = bisect_left(r.chunks, t0), bisect_left(r.chunks, t1)
-        out_tokens += count.between(r, lo, hi)
+        out_tokens += count.received(r, t1) - count.received(r, t0)
         if lo == 0 < hi:
             ttft.append(r.chunks[0] - r.send)
             in_tokens += r.input_tokens
         elif lo > 0:
             ttft_before.append(r.chunks[0] - r.send)
         itl.extend(r.chunks[i] - r.chunks[i - 1] for i in range(max(lo, 1), hi))
-        if hi - lo >= 2 and (after_first := count.between(r, lo + 1, hi)) > 0:
-            tpot.append((r.chunks[hi - 1] - r.chunks[lo]) / after_first)
+        a, b = max(t0, r.chunks[0]), min(t1, r.chunks[-1])
+        if b > a and (decoded := count.received(r, b) - count.received(r, a)) > 0:
+            tpot.append((b - a) / decoded)
     done = [r for r in records if r.ok and t0 <= r.end < t1]  # type: ignore[operator]
     return _build(level, t1 - t0, done, ttft or ttft_before, itl, out_tokens, busy, error_counts(records),
                   tpot=tpot, in_tokens=in_tokens, ttft_in_window=bool(ttft) or not ttft_before,
@@ -234,8 +253,7 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
 def tokens_between(records: list[Record], a: float, b: float) -> float:
     """Output tokens that arrived in [a, b): the convergence test's per-bin count."""
     count = TokenCount(records)
-    return sum(count.between(r, bisect_left(r.chunks, a), bisect_left(r.chunks, b))
-               for r in records if r.chunks and r.send < b)
+    return sum(count.received(r, b) - count.received(r, a) for r in records if r.chunks and r.send < b)
 
 
 def relative_half_width(bins: list[int]) -> float:

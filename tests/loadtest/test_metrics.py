@@ -42,20 +42,20 @@ def test_from_window_counts_only_tokens_that_arrived_in_the_window() -> None:
     # A long request still running at the window's end, 3 tokens a chunk by the server's
     # running count: its chunks inside [10, 20) count, whatever the finished requests did.
     running = _running(0.0, [float(t) for t in range(1, 30)], [3 * t for t in range(1, 30)])
-    # A finished one whose chunks carried 2 tokens each (--stream-interval 2), one of them inside.
+    # A finished one whose chunks carried 2 tokens each (--stream-interval 2): the chunk at 12.0
+    # was made over 9.5..12.0, so 4/5 of its tokens fall inside, and all of the one at 15.0.
     finished = _rec(9.0, [9.5, 12.0, 15.0], 6)
     lv = from_window(2, [running, finished], t0=10.0, t1=20.0)
     assert lv.duration == pytest.approx(10.0)
-    assert lv.total_output_tokens == 10 * 3 + 2 * 2
-    assert lv.output_throughput == pytest.approx(3.4)
+    assert lv.output_throughput == pytest.approx((10 * 3 + 2 * 0.8 + 2) / 10)
     assert lv.output_tokens_counted == "server"
     assert lv.completed == 1 and lv.errors == {}  # a request cut at the level's end is no error
     assert lv.concurrency == pytest.approx((10.0 + 5.0) / 10.0)  # time-averaged in flight
     # No first token fell inside the window: TTFT is that of the level's requests before it.
     assert not lv.ttft_in_window and lv.mean_ttft_ms == pytest.approx((1.0 + 0.5) / 2 * 1000)
-    # TPOT per request from its chunks inside: running 9 s over 27 tokens after the first,
-    # finished 3 s over 2 tokens.
-    assert lv.mean_tpot_ms == pytest.approx((9 / 27 + 3 / 2) / 2 * 1000)
+    # TPOT per request, its decoding time inside over the tokens it received then: running
+    # 10 s for 30 tokens, finished 5 s (to its last chunk at 15.0) for 3.6.
+    assert lv.mean_tpot_ms == pytest.approx((10 / 30 + 5 / 3.6) / 2 * 1000)
 
 
 def test_a_finished_request_s_chunking_does_not_weigh_the_running_ones() -> None:
@@ -90,9 +90,18 @@ def test_a_record_switches_to_characters_at_its_first_chunk_without_a_count() ->
     assert not r.exact and r.counts == [0, 7, 10]
 
 
+def test_a_window_s_edges_between_a_cohort_s_chunks_do_not_move_its_count() -> None:
+    """Streams decoding in step (one batch, 4 tokens a chunk every second): a 3.5 s window
+    holds 3 or 4 of their chunk times depending on where it starts; what it received is 14 a
+    stream wherever it falls."""
+    streams = [_running(0.0, [1.0 + t for t in range(20)], [4 * (t + 1) for t in range(20)]) for _ in range(8)]
+    for t0 in (5.0, 5.2, 5.5, 5.9):
+        assert from_window(8, streams, t0=t0, t1=t0 + 3.5).total_output_tokens == 8 * 14
+
+
 def test_convergence_statistics() -> None:
     recs = [_rec(0.0, [0.1, 0.2, 1.1], 3)]
-    assert tokens_between(recs, 0.0, 1.0) == 2
+    assert tokens_between(recs, 0.0, 1.0) == pytest.approx(2 + 0.8 / 0.9)  # the third, made over 0.2..1.1, in part
     assert relative_half_width([100] * 10) == 0.0
     assert relative_half_width([100]) == float("inf")
     assert 0.02 < relative_half_width([90, 110] * 5) < 0.1

@@ -1,0 +1,129 @@
+"""The seed's own regime: every request outlives the level, so none ends inside its window.
+
+At 1,024 streams and ~3,700 tok/s a 1,024-token answer takes ~280 s, longer than a 180 s level.
+The figures must come from what each stream received, measured against servers whose rate is
+known exactly: tests/loadtest/clock_server.py (a fixed per-stream rate) and the emulator with a
+flat landscape (a fixed total rate). Sizes fit 2 cores: a few thousand chunks a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from search.loadtest import LadderSpec, LevelResult, run_ladder
+from tests.helpers import free_port
+
+from .server import start_emulator
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAMS = 1024
+OUTPUT_LEN = 1024  # at the rates below a request needs 128-1,000 s: none ends in a level
+
+
+@contextlib.contextmanager
+def clock_server(*args: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.loadtest.clock_server", "--port", str(port), *args],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "clock server did not start"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _level(url: str, **kw: object) -> LevelResult:
+    shape: dict[str, object] = {"concurrency": (STREAMS,), "input_len": 32, "output_len": OUTPUT_LEN,
+                                "duration_s": 6.0, "warmup_s": 1.0, **kw}
+    spec = LadderSpec(**shape)  # type: ignore[arg-type]
+    result = run_ladder(url, spec)
+    assert result.aborted is None, result.aborted
+    return result.levels[0]
+
+
+@pytest.mark.parametrize(("api", "chunk_tokens", "workers", "lockstep"), [
+    ("completions", 1, 1, False),
+    ("completions", 4, 1, True),   # multi-token chunks of a decode batch streaming in step
+    ("chat", 2, 2, False),          # two client processes
+    ("generate", 3, 1, True),
+])
+def test_rate_and_latencies_are_right_when_no_request_ends(api: str, chunk_tokens: int, workers: int,
+                                                           lockstep: bool) -> None:
+    rate = 8.0  # tokens/s per stream: 8,192 tok/s in all, a request needs 128 s
+    args = ["--per-stream-rate", str(rate), "--chunk-tokens", str(chunk_tokens), "--ttft", "0.3"]
+    with clock_server(*args, *(["--lockstep"] if lockstep else [])) as url:
+        lv = _level(url, api=api, workers=workers)
+    assert lv.completed == 0 and lv.mean_e2e_latency_ms is None
+    assert lv.output_throughput == pytest.approx(STREAMS * rate, rel=0.03)
+    assert lv.output_tokens_counted == "server"
+    assert lv.mean_tpot_ms == pytest.approx(1000 / rate, rel=0.03)
+    assert lv.median_itl_ms == pytest.approx(1000 * chunk_tokens / rate, rel=0.03)
+    assert lv.mean_ttft_ms is not None and lv.mean_ttft_ms >= 300
+    assert lv.concurrency == pytest.approx(STREAMS, rel=0.03)
+
+
+def test_a_cohort_start_is_not_taken_for_the_steady_state() -> None:
+    """All streams start at once and their first tokens come over 3 s (a prefill queue), far
+    past the 0.5 s warm-up; the window must measure the decode rate after the climb."""
+    with clock_server("--per-stream-rate", "4", "--chunk-tokens", "2", "--ttft", "0.5",
+                      "--ttft-step", str(3.0 / STREAMS), "--lockstep") as url:
+        lv = _level(url, duration_s=8.0, warmup_s=0.5, converge_ci=0.05)
+    assert lv.output_throughput == pytest.approx(STREAMS * 4, rel=0.03)
+    assert lv.mean_tpot_ms == pytest.approx(1000 / 4, rel=0.03)
+
+
+def test_a_server_that_queues_part_of_the_level_is_measured_once_the_rest_decode(tmp_path: Path) -> None:
+    """A running cap below the level: 512 of 1,024 streams decode, the rest wait for a slot
+    (for minutes at this length). The warm-up ends once the decoding count stops growing."""
+    landscape = tmp_path / "capped.py"
+    landscape.write_text("def startup(flags, env):\n    return None\n\n"
+                         "def throughput(flags, env, running):\n    return 2000.0\n\n"
+                         "def max_running_requests(flags, env):\n    return 512\n")
+    with start_emulator(tmp_path, landscape) as server:
+        lv = _level(server.url, input_len=16, duration_s=6.0, warmup_s=1.0)
+    assert lv.output_throughput == pytest.approx(2000.0, rel=0.03)
+    assert lv.mean_tpot_ms == pytest.approx(1000 * 512 / 2000.0, rel=0.03)
+
+
+def test_a_server_without_running_counts_is_read_from_its_text() -> None:
+    """Usage only at the end and 3 tokens a chunk: once requests finish, characters per token
+    (here 4) turn the running requests' text into tokens; never one token a chunk."""
+    with clock_server("--per-stream-rate", "32", "--chunk-tokens", "3", "--ttft", "0.1", "--no-running-usage") as url:
+        lv = _level(url, concurrency=(128,), output_len=48, duration_s=6.0)
+    assert lv.completed > 0
+    assert lv.output_tokens_counted == "text"
+    # Streams turn over every ~1.6 s (1.5 s of decode, TTFT, the client's round trip): the rate
+    # while decoding is 128 x 32 tok/s, and the closed loop's duty cycle lowers the average.
+    assert 0.85 * 128 * 32 < lv.output_throughput <= 1.03 * 128 * 32
+    assert lv.mean_tpot_ms == pytest.approx(1000 / 32, rel=0.03)
+
+
+def test_the_emulator_at_the_seed_shape_reads_its_flat_rate(tmp_path: Path) -> None:
+    """1,024 streams x 1,024-token outputs on the emulator with a flat 3,000 tok/s landscape,
+    the shape that once read 64x the truth."""
+    landscape = tmp_path / "flat.py"
+    landscape.write_text("def startup(flags, env):\n    return None\n\n"
+                         "def throughput(flags, env, running):\n    return 3000.0\n\n"
+                         "def max_running_requests(flags, env):\n    return 4096\n")
+    with start_emulator(tmp_path, landscape) as server:
+        lv = _level(server.url, input_len=16, duration_s=8.0)
+    assert lv.completed == 0
+    assert lv.output_throughput == pytest.approx(3000.0, rel=0.03)
+    assert lv.mean_tpot_ms == pytest.approx(1000 * STREAMS / 3000.0, rel=0.03)
