@@ -21,7 +21,7 @@ from search.background import Background
 from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
-from search.loadtest import LadderSpec, LevelResult, run_ladder
+from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
 from search.profile import LaunchProfile, render
 from search.space import Space
 
@@ -251,5 +251,9 @@ def _crashed(result: TrialResult, reason: str) -> None:
     """The server died (or broke) after it was ready: the classifier's failure when it saw one."""
     event = result.startup.watch.failure
     result.outcome = "crashed"
-    result.failure = (Failure.from_event(event, result.startup.watch.classifier.advice) if event is not None
-                      else Failure("crash", "ready", reason, False, f"crashed while serving: {reason}"))
+    if event is not None:
+        result.failure = Failure.from_event(event, result.startup.watch.classifier.advice)
+    elif reason == NO_PROGRESS:  # it took requests and sent nothing: hung while serving, not a rate of 0
+        result.failure = Failure("stall", "ready", reason, False, f"stalled while serving: {reason}")
+    else:
+        result.failure = Failure("crash", "ready", reason, False, f"crashed while serving: {reason}")

@@ -5,11 +5,12 @@ in this process or over worker processes), ``metrics`` (per-level
 results), ``ladder`` (closed-loop levels, early end, abort, prune).
 """
 
-from search.loadtest.ladder import LadderResult, arun_ladder, check_reachable, run_ladder
+from search.loadtest.ladder import NO_PROGRESS, LadderResult, arun_ladder, check_reachable, run_ladder
 from search.loadtest.metrics import LevelResult
 from search.loadtest.spec import LadderSpec, parse_concurrency, parse_duration
 
 __all__ = [
+    "NO_PROGRESS",
     "LadderResult",
     "LadderSpec",
     "LevelResult",

@@ -65,14 +65,18 @@ def start_emulator(state_dir: Path, landscape: Path | None = None) -> Iterator[S
 
 
 @contextlib.contextmanager
-def stub_server(fail_every: int = 0, usage: bool = True) -> Iterator[str]:
+def stub_server(fail_every: int = 0, usage: bool = True, silent: bool = False,
+                claimed_tokens: int | None = None) -> Iterator[str]:
     """A minimal OpenAI-style server in a thread; yields its URL.
 
     Every ``fail_every``-th POST (0: none; 1: all) is answered 500; the others stream
     ``max_tokens`` one-token /v1/completions chunks, then the usage chunk only when ``usage``
-    (a server that ignores ``stream_options``, as some OpenAI-compatible ones do).
+    (a server that ignores ``stream_options``, as some OpenAI-compatible ones do), claiming
+    ``claimed_tokens`` completion tokens when given. ``silent``: POSTs are read and never
+    answered (a hung server). /v1/models gives a 4,096-token ``max_model_len``.
     """
     posts = itertools.count(1)
+    stopped = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -88,17 +92,20 @@ def stub_server(fail_every: int = 0, usage: bool = True) -> Iterator[str]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:
-            self._send(200, "application/json", b'{"object":"list","data":[{"id":"stub"}]}')
+            self._send(200, "application/json", b'{"object":"list","data":[{"id":"stub","max_model_len":4096}]}')
 
         def do_POST(self) -> None:
             request = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if silent:
+                stopped.wait()
+                return
             if fail_every and next(posts) % fail_every == 0:
                 self._send(500, "application/json", b'{"object":"error","message":"stub failure","code":500}')
                 return
             n = int(request["max_tokens"])
             chunk = {"object": "text_completion", "choices": [{"index": 0, "text": " a", "finish_reason": None}]}
             events = [chunk] * n + ([{"object": "text_completion", "choices": [], "usage": {
-                "prompt_tokens": len(request["prompt"]), "completion_tokens": n,
+                "prompt_tokens": len(request["prompt"]), "completion_tokens": claimed_tokens or n,
                 "total_tokens": len(request["prompt"]) + n}}] if usage else [])
             body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
             self._send(200, "text/event-stream", body.encode())
@@ -110,5 +117,6 @@ def stub_server(fail_every: int = 0, usage: bool = True) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        stopped.set()
         server.shutdown()
         server.server_close()

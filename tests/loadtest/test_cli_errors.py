@@ -39,6 +39,9 @@ def test_unreachable_url(capsys: pytest.CaptureFixture[str]) -> None:
         (["--api", "grpc"], "--api must be one of completions, chat, generate"),
         (["--workers", "many"], "--workers: 'many' is not a number of processes or auto"),
         (["--workers", "0"], "--workers must be at least 1 (or auto)"),
+        # Huge values once hung the client at 100% CPU, growing 130 MB/s: refused before any work.
+        (["--input-len", "100000000000"], "--input-len / --output-len: at most 16,777,216 tokens"),
+        (["--concurrency", "100000000"], "--concurrency: 100000000 streams is over the 65,536"),
     ],
 )
 def test_bad_option(option: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
