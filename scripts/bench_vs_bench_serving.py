@@ -15,7 +15,10 @@ transformers==5.19.0``, the version sglang 0.5.23 pins). The last column is the 
 1-minute load average after each level: both clients share the cores with the emulator.
 
     python scripts/bench_vs_bench_serving.py [--concurrency 64,256,1024] [--input-len 1024] [--output-len 64] [--waves 3]
-        [--instant-ms MS]
+        [--instant-ms MS] [--server-args "SGLang flags"] [--duration 180s]
+
+``--duration`` adds our steady-state mode (what a trial runs) beside the two N-request figures:
+in the long regime (1,024-token answers at a few tok/s a stream) no request ends inside its window.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from bench_accuracy import emulator
 from bench_client import instant_server
-from search.loadtest import LadderSpec, parse_concurrency, run_ladder
+from search.loadtest import LadderSpec, parse_concurrency, parse_duration, run_ladder
 
 _SHIM = (
     "import sys, types, runpy; "
@@ -83,15 +87,19 @@ def main() -> None:
     ap.add_argument("--instant-ms", type=float, default=None,
                     help="instead of the emulator, bench_client.py's instant server pacing one chunk per this "
                          "many ms per stream: its own TTFT is ~0, so the TTFT measured is the client's")
+    ap.add_argument("--server-args", default="", help="SGLang flags added to the emulator's")
+    ap.add_argument("--duration", default=None, help="also run our steady-state mode with levels this long")
     args = ap.parse_args()
-    server = emulator() if args.instant_ms is None else instant_server(args.instant_ms / 1000)
+    server = (emulator(args=shlex.split(args.server_args)) if args.instant_ms is None
+              else instant_server(args.instant_ms / 1000))
     with tempfile.TemporaryDirectory() as tmp, server as url:
         work = Path(tmp)
         build_tokenizer(work / "tokenizer")
         levels = parse_concurrency(args.concurrency)
         build_dataset(work / "sharegpt.json", args.waves * max(levels))
         print(f"{'streams':>7} {'requests':>8} {'bench_serving tok/s':>19} {'ours tok/s':>10} {'diff':>7} "
-              f"{'bs TTFT p50/p99':>15} {'our TTFT p50/p99':>16} {'bs ITL p50':>10} {'our ITL p50':>11} {'load':>5}")
+              f"{'bs TTFT p50/p99':>15} {'our TTFT p50/p99':>16} {'bs ITL p50':>10} {'our ITL p50':>11} {'load':>5}"
+              + (f" {'ours steady tok/s':>17} {'completed':>9}" if args.duration else ""))
         for c in levels:
             n = args.waves * c
             theirs = bench_serving(url, work, c, n, args.input_len, args.output_len)
@@ -102,7 +110,14 @@ def main() -> None:
             print(f"{c:>7} {n:>8} {theirs['output_throughput']:>19,.1f} {ours.output_throughput:>10,.1f} {diff:>+7.2%} "
                   f"{theirs['median_ttft_ms']:>7.0f}/{theirs['p99_ttft_ms']:<7.0f} "
                   f"{ours.median_ttft_ms:>8.0f}/{ours.p99_ttft_ms:<7.0f} "
-                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f} {os.getloadavg()[0]:>5.1f}", flush=True)
+                  f"{theirs['median_itl_ms']:>10.1f} {ours.median_itl_ms:>11.1f} {os.getloadavg()[0]:>5.1f}",
+                  end="", flush=True)
+            if args.duration:
+                steady = run_ladder(url, LadderSpec(concurrency=(c,), input_len=args.input_len,
+                                                    output_len=args.output_len,
+                                                    duration_s=parse_duration(args.duration))).levels[0]
+                print(f" {steady.output_throughput:>17,.1f} {steady.completed:>9}", end="")
+            print(flush=True)
 
 
 if __name__ == "__main__":
