@@ -264,7 +264,7 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
                 except _Abort as exc:
                     result.aborted, result.aborted_at = str(exc), concurrency
                     return result
-                if spec.workers is not None or level.client_cpu < CLIENT_BUSY or workers >= MAX_WORKERS:
+                if spec.workers is not None or (level.client_cpu or 0.0) < CLIENT_BUSY or workers >= MAX_WORKERS:
                     break
                 # The client used a whole core: it, not the server, may have set this level's rate.
                 # Measure the level again with the streams spread over more processes.

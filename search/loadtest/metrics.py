@@ -96,9 +96,15 @@ def error_counts(records: Iterable[Record]) -> dict[str, int]:
     return dict(Counter(r.error for r in records if r.error and r.error != "cancelled"))
 
 
+def _ended(r: Record) -> float:
+    """The end of a request that has one (every request a metric takes as done)."""
+    assert r.end is not None, "a running request has no end"
+    return r.end
+
+
 def _tpot(r: Record) -> float | None:
     n = r.tokens()
-    return (r.end - r.chunks[0]) / (n - 1) if n > 1 else None  # (e2e - ttft) / (n - 1)
+    return (_ended(r) - r.chunks[0]) / (n - 1) if n > 1 else None  # (e2e - ttft) / (n - 1)
 
 
 def _build(level: int, duration: float, done: list[Record], ttft: list[float], itl: list[float],
@@ -110,9 +116,9 @@ def _build(level: int, duration: float, done: list[Record], ttft: list[float], i
         "ttft": ttft,
         "itl": itl,
         "tpot": tpot if tpot is not None else [t for r in done if (t := _tpot(r)) is not None],
-        "e2e_latency": [r.end - r.send for r in done],  # type: ignore[operator]
+        "e2e_latency": [_ended(r) - r.send for r in done],
     }
-    summaries: dict[str, float | None] = {}
+    summaries: dict[str, Any] = {}
     for name in _STATS:
         summaries.update(_summary(name, samples[name]))
     return LevelResult(
@@ -145,7 +151,7 @@ def from_requests(level: int, records: list[Record]) -> LevelResult:
         ttft=[r.chunks[0] - r.send for r in done],
         itl=[b - a for r in done for a, b in zip(r.chunks, r.chunks[1:])],
         out_tokens=sum(r.tokens() for r in done),
-        busy=sum(r.end - r.send for r in done),  # type: ignore[operator]
+        busy=sum(_ended(r) - r.send for r in done),
         errors=error_counts(records),
         output_tokens_counted=counted if done else None,
     )
@@ -244,7 +250,7 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
         a, b = max(t0, r.chunks[0]), min(t1, r.chunks[-1])
         if b > a and (decoded := count.received(r, b) - count.received(r, a)) > 0:
             tpot.append((b - a) / decoded)
-    done = [r for r in records if r.ok and t0 <= r.end < t1]  # type: ignore[operator]
+    done = [r for r in records if r.ok and t0 <= _ended(r) < t1]
     return _build(level, t1 - t0, done, ttft or ttft_before, itl, out_tokens, busy, error_counts(records),
                   tpot=tpot, in_tokens=in_tokens, ttft_in_window=bool(ttft) or not ttft_before,
                   output_tokens_counted=count.source(), **extra)
@@ -256,7 +262,7 @@ def tokens_between(records: list[Record], a: float, b: float) -> float:
     return sum(count.received(r, b) - count.received(r, a) for r in records if r.chunks and r.send < b)
 
 
-def relative_half_width(bins: list[int]) -> float:
+def relative_half_width(bins: list[float]) -> float:
     """95% confidence half-width of the mean bin count, relative to the mean (batch means)."""
     n = len(bins)
     mean = sum(bins) / n if n else 0.0

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -242,7 +242,7 @@ class RemoteStreams:
         for conn, share, budget in zip(self.conns, _shares(concurrency, len(self.conns)), request_shares):
             conn.send(("run", share, budget))
 
-    def _apply(self, worker: int, message: tuple) -> None:
+    def _apply(self, worker: int, message: tuple[Any, ...]) -> None:
         if message[0] == "stopped":
             self._stopped[worker] = float(message[1])
             return
