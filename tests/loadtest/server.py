@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +34,33 @@ class Server:
             os.killpg(self.proc.pid, sig)
 
 
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float, why: Callable[[], str]) -> None:
+    """Until ``url``/health answers 200; fails with ``why()`` if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, why()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def clock_server(*args: str) -> Iterator[str]:
+    """tests/loadtest/clock_server.py (a server of exactly known rate) with ``args``; yields its URL."""
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.loadtest.clock_server", "--port", str(port), *args],
+                            cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, 30, lambda: "clock server did not start")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @contextlib.contextmanager
 def start_emulator(state_dir: Path, landscape: Path | None = None) -> Iterator[Server]:
     port = free_port()
@@ -45,14 +72,7 @@ def start_emulator(state_dir: Path, landscape: Path | None = None) -> Iterator[S
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", proc)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                (state_dir / f"server-{port}.log").read_text()[-2000:]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(server.url + "/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.1)
+        wait_healthy(server.url, proc, 60, lambda: (state_dir / f"server-{port}.log").read_text()[-2000:])
         yield server
     finally:
         server.kill(signal.SIGTERM)

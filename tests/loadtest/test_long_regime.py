@@ -8,50 +8,23 @@ flat landscape (a fixed total rate). Sizes fit 2 cores: a few thousand chunks a 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from search.loadtest import LadderSpec, LevelResult, run_ladder
-from tests.helpers import free_port
 
-from .server import start_emulator
+from .server import clock_server, start_emulator
 
-ROOT = Path(__file__).resolve().parents[2]
 STREAMS = 1024
 OUTPUT_LEN = 1024  # at the rates below a request needs 128-1,000 s: none ends in a level
 
 
-@contextlib.contextmanager
-def clock_server(*args: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.loadtest.clock_server", "--port", str(port), *args],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "clock server did not start"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 def _level(url: str, **kw: object) -> LevelResult:
+    # A tight convergence threshold keeps the whole window: on a loaded 2-core box a server or
+    # client stalled for a moment and catching up moves a 2 s window by several per cent.
     shape: dict[str, object] = {"concurrency": (STREAMS,), "input_len": 32, "output_len": OUTPUT_LEN,
-                                "duration_s": 6.0, "warmup_s": 1.0, **kw}
+                                "duration_s": 6.0, "warmup_s": 1.0, "converge_ci": 0.002, **kw}
     spec = LadderSpec(**shape)  # type: ignore[arg-type]
     result = run_ladder(url, spec)
     assert result.aborted is None, result.aborted
@@ -74,7 +47,9 @@ def test_rate_and_latencies_are_right_when_no_request_ends(api: str, chunk_token
     assert lv.output_throughput == pytest.approx(STREAMS * rate, rel=0.03)
     assert lv.output_tokens_counted == "server"
     assert lv.mean_tpot_ms == pytest.approx(1000 / rate, rel=0.03)
-    assert lv.median_itl_ms == pytest.approx(1000 * chunk_tokens / rate, rel=0.03)
+    # The mean, not the median: a loaded client reads two chunks of a stream together now and then
+    # (gaps 0 and 2x instead of 1x and 1x), which moves the median but not the mean.
+    assert lv.mean_itl_ms == pytest.approx(1000 * chunk_tokens / rate, rel=0.03)
     assert lv.mean_ttft_ms is not None and lv.mean_ttft_ms >= 300
     assert lv.concurrency == pytest.approx(STREAMS, rel=0.03)
 
@@ -112,7 +87,8 @@ def test_a_server_without_running_counts_is_read_from_its_text() -> None:
     # Streams turn over every ~1.6 s (1.5 s of decode, TTFT, the client's round trip): the rate
     # while decoding is 128 x 32 tok/s, and the closed loop's duty cycle lowers the average.
     assert 0.85 * 128 * 32 < lv.output_throughput <= 1.03 * 128 * 32
-    assert lv.mean_tpot_ms == pytest.approx(1000 / 32, rel=0.03)
+    # Latencies of 1.5 s requests move with a loaded box's scheduling by a few per cent.
+    assert lv.mean_tpot_ms == pytest.approx(1000 / 32, rel=0.05)
 
 
 def test_the_emulator_at_the_seed_shape_reads_its_flat_rate(tmp_path: Path) -> None:
