@@ -56,7 +56,7 @@ def demo_space(work: Path) -> Path:
 
 def search(work: Path, *args: str) -> None:
     """The `search` CLI of this checkout, in ``work``, with the emulator's GPU state kept there."""
-    env = {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(work / "state"),
+    env = {**os.environ, "SEARCH_EMULATOR_STATE_DIR": str(work / "state"), "SEARCH_EMULATOR_TIME_SCALE": "0.01",
            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args], cwd=work, env=env,
                    check=True)
