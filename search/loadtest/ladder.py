@@ -25,6 +25,7 @@ from search.loadtest.metrics import (
     from_requests,
     from_window,
     relative_half_width,
+    request_cycle_s,
     tokens_between,
 )
 from search.loadtest.spec import LadderSpec
@@ -197,11 +198,23 @@ class _Level:
                 if not level.total_output_tokens and not level.completed:
                     raise _Abort(NO_PROGRESS)
                 return level
-            if len(bins) >= _MIN_BINS and _converged(bins, ci, spec):
+            if len(bins) >= _MIN_BINS and _converged(bins, ci, spec) and self._cycled(len(bins) * bin_s):
                 t1 = t0 + len(bins) * bin_s  # end on a bin boundary: the window the CI describes
                 return from_window(self.concurrency, records, t0, t1, converged=True,
                                    ended_early=True, output_throughput_ci=ci)
 
+    def _cycled(self, window_s: float) -> bool:
+        """The window has seen the level's requests turn over, or they will not within the level.
+
+        Streams that start together move as a cohort: bins taken while its first requests decode
+        agree closely, yet leave out the prefill pauses and the ramp that come when they end and
+        the next ones start. So a window ends early only once it spans one request cycle; when a
+        cycle is longer than the level itself (1,024-token answers at 1,024 streams: minutes),
+        steady decoding is all the level can see and the converged bins are its steady state.
+        """
+        cycle = request_cycle_s(self.source.records, self.spec.output_len)
+        assert self.spec.duration_s is not None
+        return cycle is not None and (window_s >= cycle or cycle > self.spec.duration_s)
 
     async def _settle(self, t1: float, limit_s: float) -> None:
         """Wait (up to ``limit_s``) until every running request has a chunk at or after ``t1``.

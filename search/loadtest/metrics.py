@@ -262,6 +262,28 @@ def tokens_between(records: list[Record], a: float, b: float) -> float:
     return sum(count.received(r, b) - count.received(r, a) for r in records if r.chunks and r.send < b)
 
 
+def request_cycle_s(records: list[Record], output_len: int) -> float | None:
+    """The median time a request of the level takes from send to end (None before any decodes).
+
+    A finished request gives its end-to-end time; a running one is projected from its own
+    stream: its TTFT plus the ``output_len - 1`` tokens after the first at the rate it has been
+    receiving them. The ladder's early end reads it: a closed loop's steady state includes its
+    requests turning over, so a window may not stop before it has spanned one cycle unless the
+    requests outlive the level anyway.
+    """
+    count = TokenCount(records)
+    cycles: list[float] = []
+    for r in records:
+        if r.ok:
+            cycles.append(_ended(r) - r.send)
+        elif r.end is None and len(r.chunks) > 1:
+            got = count.received(r, r.chunks[-1]) - count.received(r, r.chunks[0])
+            if got > 0:
+                rate = got / (r.chunks[-1] - r.chunks[0])
+                cycles.append(r.chunks[0] - r.send + max(0, output_len - 1) / rate)
+    return float(np.median(cycles)) if cycles else None
+
+
 def relative_half_width(bins: list[float]) -> float:
     """95% confidence half-width of the mean bin count, relative to the mean (batch means)."""
     n = len(bins)

@@ -103,3 +103,16 @@ def test_the_emulator_at_the_seed_shape_reads_its_flat_rate(tmp_path: Path) -> N
     assert lv.completed == 0
     assert lv.output_throughput == pytest.approx(3000.0, rel=0.03)
     assert lv.mean_tpot_ms == pytest.approx(1000 * STREAMS / 3000.0, rel=0.03)
+
+
+def test_a_cohort_that_turns_over_inside_the_level_is_measured_over_a_whole_cycle() -> None:
+    """Requests shorter than the level, all started at once: 4 s of decoding after a 2 s TTFT.
+    Bins from the cohort's first decoding agree closely (its 4 s hold the 10 bins the early end
+    needs) but read the decode rate, 2,048 tok/s; the closed loop's rate counts the 2 s without
+    tokens each cycle, 256 x 33 tokens every ~6 s. The window must span the turnover."""
+    with clock_server("--per-stream-rate", "8", "--chunk-tokens", "2", "--ttft", "2", "--lockstep") as url:
+        lv = _level(url, concurrency=(256,), output_len=33, duration_s=12.0, warmup_s=0.5, converge_ci=0.05)
+    assert lv.completed > 0 and lv.mean_e2e_latency_ms is not None
+    cycle_s = lv.mean_e2e_latency_ms / 1000
+    assert lv.duration >= cycle_s
+    assert lv.output_throughput == pytest.approx(256 * 33 / cycle_s, rel=0.05)
