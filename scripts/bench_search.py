@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import math
 import multiprocessing
 import random
 import statistics
@@ -35,8 +36,9 @@ from typing import Any
 
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
+from bench_peers import PEERS, make_peer  # noqa: E402
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
@@ -44,7 +46,7 @@ from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "warmup": 10.0}
 DEFAULT_TIMEOUT = 900.0
-SAMPLER_KINDS = ("ours", "tpe", "random", "grid")
+SAMPLER_KINDS = ("ours", "tpe", "gp", "hebo", "random", "grid")
 # The optimum is enumerated on the space's own steps; a log range (or a range without a step)
 # at FINE_POINTS points at least, or all its integers where there are no more than ALL_INTS.
 FINE_POINTS = 25
@@ -333,13 +335,13 @@ def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
 
 
 def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
-    """"ours" is the product's strategy; the others are plain Optuna samplers, unguided."""
+    """"ours" is the product's strategy; the others are peers (bench_peers.py), unguided."""
     if kind == "ours":
         return Strategy(space, "tpe", seed=seed)
-    if kind == "tpe":
-        return Strategy(space, optuna.samplers.TPESampler(seed=seed), guided=False)
-    if kind in ("random", "grid"):
+    if kind == "grid":
         return Strategy(space, kind, seed=seed, guided=False)
+    if kind in PEERS:
+        return make_peer(kind, space, seed)
     raise SystemExit(f"error: unknown sampler {kind!r}: one of {', '.join(SAMPLER_KINDS)}")
 
 
@@ -438,13 +440,40 @@ def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: f
     else:
         curves = [_run_task(task) for task in tasks]
     results = {kind: summarize([c for (k, *_), c in zip(tasks, curves) if k == kind], best) for kind in samplers}
-    ours, tpe = results.get("ours"), results.get("tpe")
-    ratio = None
-    if ours and tpe and ours["gpu_hours_to_95"] is not None and tpe["gpu_hours_to_95"]:
-        ratio = round(ours["gpu_hours_to_95"] / tpe["gpu_hours_to_95"], 3)
     return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
             "optimum": {"value": round(best, 1), "config": best_config},
-            "samplers": results, "ours_gpu_hours_to_95_vs_tpe": ratio}
+            "samplers": results, **against_peers(results)}
+
+
+def _never(x: float | None) -> float:
+    return math.inf if x is None else x
+
+
+def against_peers(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Ours against the best peer of this landscape: its GPU-hour ratio to 95%, and whether a
+    peer reached 99% in fewer trials (a median that never reached counts as never)."""
+    ours = results.get("ours")
+    peers = {k: r for k, r in results.items() if k != "ours"}
+    if not ours or not peers:
+        return {}
+    h95 = min(_never(r["gpu_hours_to_95"]) for r in peers.values())
+    t99 = min(_never(r["trials_to_99"]) for r in peers.values())
+    mine = _never(ours["gpu_hours_to_95"])
+    return {"ours_gpu_hours_to_95_vs_best_peer": None if math.isinf(mine) or math.isinf(h95) else round(mine / h95, 3),
+            "ours_reached_95_where_no_peer_did": not math.isinf(mine) and math.isinf(h95),
+            "ours_behind_best_peer_at_99": _never(ours["trials_to_99"]) > t99}
+
+
+def across(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the issue's goals read: medians over landscapes of ours' per-landscape medians."""
+    ours = [r["samplers"]["ours"] for r in results]
+    ratios = [r["ours_gpu_hours_to_95_vs_best_peer"] for r in results if r.get("ours_gpu_hours_to_95_vs_best_peer")]
+    return {"landscapes": len(results),
+            "ours_trials_to_95": _median([o["trials_to_95"] for o in ours]),
+            "ours_trials_to_99": _median([o["trials_to_99"] for o in ours]),
+            "ours_gpu_hours_to_95_vs_best_peer": _median(ratios) if ratios else None,
+            "ours_reached_95_where_no_peer_did": sum(bool(r.get("ours_reached_95_where_no_peer_did")) for r in results),
+            "behind_best_peer_at_99": sum(bool(r.get("ours_behind_best_peer_at_99")) for r in results)}
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -465,7 +494,8 @@ def _table(result: dict[str, Any], seeds: int) -> None:
         cells = [r["trials_to_95"], r["trials_to_99"], r["gpu_hours_to_95"], r["gpu_hours_to_99"]]
         text = ["-" if c is None else f"{c:.1f}" for c in cells]
         print(f"{kind:8} {text[0]:>6} {text[1]:>6} {text[2]:>7} {text[3]:>7} {r['best_fraction']:>7.3f}")
-    print(f"ours GPU hours to 95% / plain TPE: {result['ours_gpu_hours_to_95_vs_tpe']}")
+    print(f"ours GPU hours to 95% / best peer's: {result.get('ours_gpu_hours_to_95_vs_best_peer')}; "
+          f"behind the best peer at 99%: {result.get('ours_behind_best_peer_at_99')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -493,12 +523,16 @@ def main(argv: list[str] | None = None) -> int:
 
         source = (Path(generator.__file__).read_bytes())
         landscapes = [(generator.make(seed), source + f"\0{seed}".encode()) for seed in parse_seeds(args.generated)]
+    results = []
     for landscape, key in landscapes:
         result = bench(problem, landscape, cache_key=args.space.read_bytes() + b"\0" + key, **kw)
+        results.append(result)
         if args.json:
             print(json.dumps(result, indent=None if args.generated else 2, default=str), flush=True)
         else:
             _table(result, args.seeds)
+    if args.generated:
+        print(json.dumps({"across": across(results)}) if args.json else f"across: {across(results)}")
     return 0
 
 
