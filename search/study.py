@@ -298,8 +298,8 @@ class StudyRun:
     def run(self) -> optuna.Study:
         """Create or resume the study, run trials until the budget is spent, then re-measure."""
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.study = self._open()
         self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
+        self.study = self._open()
         self._recover()
         self.strategy.start(self.study, self.known)
         with _sigterm_as_interrupt():
@@ -317,8 +317,9 @@ class StudyRun:
 
     # -- setup ----------------------------------------------------------------------------
     def _open(self) -> optuna.Study:
+        """Create or load the study with the strategy's sampler: `--sampler` and `--seed` act through it."""
         study = optuna.create_study(study_name=self.name, storage=self.storage, direction="maximize",
-                                    sampler=None, load_if_exists=True)
+                                    sampler=self.strategy.sampler, load_if_exists=True)
         stored = study.user_attrs.get(SPACE_ATTR)
         mine = self.space.model_dump(mode="json")
         if stored is None:
