@@ -43,7 +43,7 @@ from search.errors import BadInput
 from search.hosts.local import LocalHost
 from search.lifecycle import Failure
 from search.loadtest import LevelResult
-from search.study import Hooks, Job, run_job
+from search.runner import Hooks, Job, run_job
 from search.trial import TrialResult
 
 RESOURCE = "search_host"

@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 if TYPE_CHECKING:
     from typer._click import Context
 
-    from search.study import Runner
+    from search.runner import Runner
 
 app = typer.Typer(help="Run a configuration search and look at its results.", no_args_is_help=True)
 
@@ -71,7 +71,8 @@ def run(
     from search.loadtest.spec import parse_duration
     from search.progress import StudyProgress
     from search.strategy import SAMPLERS
-    from search.study import Interrupted, StudyRun, known_configs, load
+    from search.storage import load
+    from search.study import Interrupted, StudyRun, known_configs
 
     if sampler not in SAMPLERS:
         raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -101,7 +102,7 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
     """Where trials run: one host at a time in this process, or every GPU host of a Ray cluster."""
     from search.errors import BadInput
     from search.hosts import LocalHost
-    from search.study import InProcessRunner
+    from search.runner import InProcessRunner
 
     if ray_address is not None:
         if hosts_file is not None or name is not None:
@@ -148,7 +149,7 @@ def show(
 ) -> None:
     """The ranked trials, counts by outcome, gain over the baseline, GPU time, importances."""
     from search.results import render
-    from search.study import load
+    from search.storage import load
 
     sys.stdout.write(render(load(name, storage), fmt, top))
 
@@ -163,7 +164,7 @@ def export(
 ) -> None:
     """Write the launch profile of the best trial (or --trial N)."""
     from search.export import export as write
-    from search.study import load
+    from search.storage import load
 
     print(write(load(name, storage), fmt, number=trial, out=out))
 
@@ -181,7 +182,7 @@ def report(
     import re
 
     from search.report import write
-    from search.study import load
+    from search.storage import load
 
     default = Path(f"report-{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.html")
     print(write(load(name, storage), out or default, storage))

@@ -116,6 +116,6 @@ def show(
     import sys
 
     from search.results import trial_text
-    from search.study import load
+    from search.storage import load
 
     sys.stdout.write(trial_text(load(study, storage), number))

@@ -17,7 +17,7 @@ import ray
 
 from search.parallel import NAME_ENV, RayRunner, emulated_cluster
 from search.space import Space, load_space
-from search.study import Job
+from search.runner import Job
 from search.trial import TrialResult
 from tests import helpers
 

@@ -16,7 +16,8 @@ from search.loadtest import LevelResult
 from search.logwatch import Event
 from search.progress import StudyProgress
 from search.space import load_space
-from search.study import InProcessRunner, StudyRun
+from search.runner import InProcessRunner
+from search.study import StudyRun
 from tests.parallel.conftest import write_space
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

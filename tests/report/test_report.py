@@ -14,7 +14,7 @@ from PIL import Image, ImageStat
 from plotly.offline import get_plotlyjs
 
 from search import report, results
-from search.study import REMEASURE_GPU_ATTR, load, space_of
+from search.storage import StudyAttr, load, space_of
 from tests.report.browser import PageView, view
 from tests.report.conftest import CRASH_LINE, STUDY, search
 
@@ -136,7 +136,7 @@ def test_gpu_time_chart_adds_up_to_the_study_totals(demo: Path) -> None:
 def test_gpu_time_spent_counts_the_re_measurement_runs(demo: Path) -> None:
     study, sections = _study(demo)
     trials = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in study.trials)
-    again = study.user_attrs[REMEASURE_GPU_ATTR]
+    again = study.user_attrs[StudyAttr.REMEASURE_GPU_SECONDS]
     assert again > 0  # the demo re-measured its top configs once each
     assert math.isclose(results.gpu_time(study)["spent_s"], trials + again)
     div, _ = report._duration_unit(trials + again + results.gpu_time(study)["saved_s"])

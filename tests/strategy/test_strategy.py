@@ -615,7 +615,7 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
     """Nine uncapped configs within a few percent of each other differ in NCCL channels and memory
     fraction; seven capped ones run at 30-85% of them. Fitted on all sixteen, the model spends its
     length scales on the cap and reorders the top; fitted on the band near the best, it does not."""
-    import search.strategy as strategy_module
+    import search.ranking as ranking_module
 
     def run(n: int, mem: float, cap: int = 2048) -> dict:
         return {"--moe-runner-backend": "cutlass", "--max-running-requests": cap, "NCCL_MIN_NCHANNELS": n,
@@ -634,7 +634,7 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
         return [(t.params["NCCL_MIN_NCHANNELS"], t.params["--mem-fraction-static"]) for t in strategy.top(study, 3)]
 
     assert ranking(top + far) == ranking(top)
-    monkeypatch.setattr(strategy_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
+    monkeypatch.setattr(ranking_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
     assert ranking(top + far) != ranking(top)
 
 
@@ -654,7 +654,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     """Once the plan is done and enough trials are near the best, the model proposes every other
     trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
     takes the turns between."""
-    from search.strategy import BAND_MIN_POINTS, RANK_BAND
+    from search.ranking import BAND_MIN_POINTS, RANK_BAND
     space, strategy, study = _started()
     backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
 
@@ -683,13 +683,13 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
 def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
     sharp optimum), the first of the ranking was measured within RANK_GUARD of the best."""
-    import search.strategy as strategy_module
+    import search.ranking as ranking_module
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
     study = _study(strategy)
     _completed(space, strategy, study, [({"NCCL_MIN_NCHANNELS": n}, v) for n, v in
                                         [(1, 900.0), (2, 1000.0), (4, 980.0), (8, 920.0), (16, 960.0)]])
-    monkeypatch.setattr(strategy_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
+    monkeypatch.setattr(ranking_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
     ranked = [t.value for t in strategy.top(study, 5)]
     assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
     assert sorted(ranked[3:]) == [900.0, 920.0]

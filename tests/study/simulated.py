@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from search.loadtest import LevelResult
-from search.study import Hooks, Job
+from search.runner import Hooks, Job
 from search.trial import TrialResult
 
 Throughput = Callable[[Mapping[str, Any], int], float]  # (config, concurrency) -> output tok/s

@@ -19,7 +19,8 @@ import search.cli
 from search.cli import app
 from search.hosts import LocalHost
 from search.space import load_space
-from search.study import StudyRun, remeasured
+from search.storage import remeasured
+from search.study import StudyRun
 from tests.helpers import write_space
 
 STORAGE = "sqlite:///studies.db"
