@@ -101,7 +101,7 @@ def run(
 def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_address: str | None) -> Runner:
     """Where trials run: one host at a time in this process, or every GPU host of a Ray cluster."""
     from search.errors import BadInput
-    from search.hosts import LocalHost
+    from search.hosts import local_host
     from search.runner import InProcessRunner
 
     if ray_address is not None:
@@ -113,7 +113,7 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
     if hosts_file is None:
         if name is not None:
             raise BadInput("--host needs --hosts FILE")
-        return InProcessRunner([LocalHost(emulate=emulate)])
+        return InProcessRunner([local_host(emulate=emulate)])
     if emulate:
         raise BadInput("--emulate runs trials locally; leave out --hosts (or set emulate: true on the host)")
     from search.hosts.config import load_hosts

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import search.cli
 from search.cli import app
-from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.space import load_space
 from search.storage import remeasured
 from search.study import StudyRun
@@ -34,7 +34,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Stu
     os.environ["SEARCH_EMULATOR_STATE_DIR"] = str(root / "state")
     try:
         space = load_space(write_space(root))
-        run = StudyRun(space=space, name="s1", host=LocalHost(emulate=True), storage=STORAGE, seed=0,
+        run = StudyRun(space=space, name="s1", host=EmulatedHost(), storage=STORAGE, seed=0,
                        n_trials=4, remeasure=1)
         study = run.run()
         yield root, study
