@@ -9,7 +9,8 @@ import pytest
 
 from search.command import check_command
 from search.manifests import load
-from search.space import check_space, load_space, parse_space
+from search.space import load_space, parse_space
+from search.space_check import check_space
 from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
 
 

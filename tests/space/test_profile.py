@@ -13,8 +13,9 @@ import yaml
 from search.command import config_from_command, parse_command
 from search.errors import BadInput
 from search.manifests import load
-from search.profile import flag_tokens, from_json, render, to_json, to_sglang_config, to_shell
-from search.space import check_space, is_secret, load_space, parse_space
+from search.profile import flag_tokens, from_json, is_secret, render, to_json, to_sglang_config, to_shell
+from search.space import load_space, parse_space
+from search.space_check import check_space
 from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
 
 SECRET = "hf_do_not_leak_123"
