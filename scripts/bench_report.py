@@ -19,8 +19,8 @@ import optuna
 
 from search import report
 from search.space import Space, load_space
-from search.strategy import Strategy
 from search.storage import StudyAttr
+from search.strategy import Strategy
 
 SPACE = Path(__file__).resolve().parent.parent / "spaces" / "demo.yaml"
 STARTUP = (("starting", 25), ("loading", 249), ("kv_cache", 6), ("autotune", 95), ("cuda_graph", 70), ("warmup", 5))

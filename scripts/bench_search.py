@@ -229,7 +229,7 @@ def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
     assert _SIM is not None
     space = _SIM.problem.space
     grid = grid_space(space, OPTIMUM_POINTS)
-    configs = (space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+    configs = (space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo, strict=True))))
                for i, combo in enumerate(itertools.product(*grid.values())) if i % of == index)
     sample = list(itertools.islice(configs, 0, None, 997))[:60]
     composer = FlagComposer(_SIM, grid)
@@ -238,7 +238,7 @@ def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
     for i, combo in enumerate(itertools.product(*grid.values())):
         if i % of != index:
             continue
-        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo, strict=True))))
         value = fast.true_value(config)
         if value is not None and value > best[0]:
             best = (value, config)
@@ -377,7 +377,7 @@ def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, n
             curves = pool.map(_run_task, tasks)
     else:
         curves = [_run_task(task) for task in tasks]
-    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves) if k == kind], best) for kind in samplers}
+    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves, strict=True) if k == kind], best) for kind in samplers}
     ours, tpe = results.get("ours"), results.get("tpe")
     ratio = None
     if ours and tpe and ours["gpu_hours_to_95"] is not None and tpe["gpu_hours_to_95"]:

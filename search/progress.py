@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from search.logwatch import Event
 from search.loadtest import LevelResult
+from search.logwatch import Event
 from search.results import changed, outcome_text
 from search.storage import TrialView, baseline
 from search.study import Listener, StudyRun

@@ -90,7 +90,7 @@ class Ranking:
             inside = band(feasible)
             fitted = inside if len(inside) >= BAND_MIN_POINTS else list(feasible)
             pooled = posterior_means(self.dists, [t.params for t in fitted], [_value(t) for t in fitted])
-            estimate.update({t.number: (_value(t) >= near, float(p)) for t, p in zip(fitted, pooled)})
+            estimate.update({t.number: (_value(t) >= near, float(p)) for t, p in zip(fitted, pooled, strict=True)})
         return estimate
 
     def ranked(self, trials: Sequence[TrialView]) -> list[TrialView]:

@@ -187,7 +187,7 @@ def _duration_unit(seconds: float) -> tuple[float, str]:
 
 def history(study: optuna.Study, palette: Palette) -> Section:
     """Each trial's peak tok/s when it finished, crashes on the floor, and the best feasible so far."""
-    trials = sorted((t for t in _finished(study) if t.datetime_complete), key=lambda t: t.datetime_complete)
+    trials = sorted((t for t in _finished(study) if t.datetime_complete), key=lambda t: t.datetime_complete or datetime.min)
     fig = go.Figure()
     symbols = {"completed": "circle", "slo breached": "circle-open", "pruned": "triangle-down",
                "crashed": "x", "infrastructure": "square-open"}

@@ -70,7 +70,7 @@ def outcome_text(t: TrialView) -> str:
     if outcome == Outcome.PRUNED:
         where = f" at {t.levels[-1]['max_concurrency']}" if t.levels else ""
         return f"pruned{where}: {t.pruned_because}".rstrip(": ")
-    broken = [BROKEN[name] for name in t.violated if name in BROKEN]
+    broken = [BROKEN[Constraint(name)] for name in t.violated if name in BROKEN]
     return outcome + (f", {' and '.join(broken)}" if broken else "")
 
 

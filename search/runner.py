@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from search.errors import BadInput, InfrastructureFault
 from search.hosts.base import Host
 from search.lifecycle import Failure
-from search.logwatch import Event
 from search.loadtest import LevelResult
+from search.logwatch import Event
 from search.space import Space
 from search.storage import Outcome
 from search.trial import TrialResult, run_trial

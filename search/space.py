@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, NoReturn, Union
+from typing import Annotated, Any, Literal, NoReturn
 
 import optuna
 import yaml
@@ -36,9 +37,9 @@ from pydantic_core import PydanticCustomError
 from search.errors import BadInput
 from search.manifests import DEFAULT_VERSION
 
-Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
-Choice = Union[Scalar, None]
-FlagValue = Union[Scalar, list[Union[StrictInt, StrictFloat, StrictStr]], None]
+Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
+Choice = Scalar | None
+FlagValue = Scalar | list[StrictInt | StrictFloat | StrictStr] | None
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PHASE_TIMEOUTS: dict[str, float] = {
@@ -61,7 +62,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Condition = dict[str, Union[Choice, list[Choice]]]
+Condition = dict[str, Choice | list[Choice]]
 
 
 class _Param(_Model):
@@ -162,7 +163,7 @@ class BoolParam(_Param):
         return optuna.distributions.CategoricalDistribution([False, True])
 
 
-Param = Annotated[Union[IntParam, FloatParam, CategoricalParam, BoolParam], Field(discriminator="type")]
+Param = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
 
 
 class Launch(_Model):
@@ -175,7 +176,7 @@ class Launch(_Model):
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
     flags: dict[str, FlagValue] = Field(default_factory=dict)
-    env: dict[str, Union[StrictStr, StrictInt, StrictFloat]] = Field(default_factory=dict)
+    env: dict[str, StrictStr | StrictInt | StrictFloat] = Field(default_factory=dict)
     secret_env: list[StrictStr] = Field(default_factory=lambda: ["HF_TOKEN"])
 
     def options(self) -> list[tuple[str, str, Any]]:
@@ -500,7 +501,8 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
         msg, allowed = f"unknown value {err['input']!r}", str(ctx.get("expected"))
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         allowed = "int, float, categorical, bool"
-        msg = "missing or unknown param type" if err["type"] == "union_tag_not_found" else f"unknown param type {err['input'].get('type')!r}"
+        msg = ("missing or unknown param type" if err["type"] == "union_tag_not_found"
+               else f"unknown param type {err['input'].get('type')!r}")
     elif err["type"] == "extra_forbidden":
         msg = "unknown key"
         allowed = _allowed_keys(err["loc"])

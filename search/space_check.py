@@ -151,7 +151,7 @@ def _structure_problems(space: Space) -> list[Problem]:
     for i, name in enumerate(order):
         if any(dep in space.params and dep not in order[:i] for dep in space.params[name].when if dep != name):
             out.append(space._problem(f"params.{name}.when", "conditions form a cycle"))
-    for name, value in space.launch.env.items():
+    for name in space.launch.env:
         key = f"launch.env.{name}"
         if not ENV_NAME.match(name):
             out.append(space._problem(key, f"{name!r} is not a valid env var name", "letters, digits and _, not starting with a digit"))

@@ -496,7 +496,7 @@ class Strategy:
         ran = [t.params for t in self._working(study)]
         for t in self._finished(study):
             name = t.user_attrs.get(Attr.SWEEP_PARAM)
-            categorical = isinstance(self._dists.get(name), CategoricalDistribution)
+            categorical = name is not None and isinstance(self._dists.get(name), CategoricalDistribution)
             if (categorical and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and t.constraints.get(Constraint.CRASHED, 0) > 0
                     and name in t.params and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
                 found.setdefault(name, []).append(t.params[name])
@@ -575,7 +575,7 @@ class Strategy:
         except ValueError:
             return dict(config)
 
-    def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]) -> bool:
+    def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[Attr, Any]) -> bool:
         """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
         tried = [t.params for t in self._finished(study)]
         fresh: list[dict[str, Any]] = []
@@ -585,7 +585,7 @@ class Strategy:
             if attrs.get(Attr.PLAN) == "partner" or self._skip_reason(study, c) is None:
                 fresh.append(dict(c))
         for config in fresh:
-            study.enqueue_trial(config, user_attrs=dict(attrs))
+            study.enqueue_trial(config, user_attrs={str(k): v for k, v in attrs.items()})
         return bool(fresh)
 
     def _plan(self, study: optuna.Study) -> None:
@@ -962,7 +962,8 @@ class Strategy:
                 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if step in t.intermediate_values and meets_constraints(t)]
         if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
-            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
+            trial.set_user_attr(Attr.PRUNED_BECAUSE,
+                                f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
             return False
         reach = self._reach(study, step, value)
         if reach is not None and reach[0] < reach[1]:
@@ -1041,10 +1042,10 @@ class Strategy:
 def configs_of(grid: Mapping[str, Sequence[Any]], space: SpaceLike) -> list[dict[str, Any]]:
     """Every distinct config on a grid, conditions honoured (inactive parameters dropped)."""
     names = list(grid)
-    seen: set[tuple] = set()
+    seen: set[tuple[tuple[str, Any], ...]] = set()
     out: list[dict[str, Any]] = []
     for combo in itertools.product(*(grid[n] for n in names)):
-        config = space.suggest(optuna.trial.FixedTrial(dict(zip(names, combo))))
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(names, combo, strict=True))))
         key = tuple(sorted(config.items(), key=lambda kv: kv[0]))
         if key not in seen:
             seen.add(key)

@@ -43,8 +43,8 @@ from search.command import config_from_command
 from search.distributions import discover
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
-from search.logwatch import Event
 from search.loadtest import LevelResult
+from search.logwatch import Event
 from search.optuna_internals import running_trial
 from search.ranking import Ranking
 from search.runner import Hooks, InProcessRunner, Job, Runner
@@ -148,10 +148,13 @@ class StudyRun:
     study: optuna.Study | None = field(default=None, init=False)  # set by run()
 
     def __post_init__(self) -> None:
-        if self.runner is None:
-            if self.host is None:
-                raise BadInput("a study needs a host or a runner to run its trials on")
-            self.runner = InProcessRunner([self.host], self.hosts or None)
+        if self.runner is not None:
+            self._runner: Runner = self.runner
+        elif self.host is not None:
+            self._runner = InProcessRunner([self.host], self.hosts or None)
+        else:
+            raise BadInput("a study needs a host or a runner to run its trials on")
+        self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
         self._began = time.monotonic()
         self._infra_streak: dict[str, Counter[str]] = {}  # config -> host -> faults in a row
         self._running: dict[str, _Running] = {}  # by marker
@@ -159,10 +162,9 @@ class StudyRun:
     # -- public ---------------------------------------------------------------------------
     def run(self) -> optuna.Study:
         """Create or resume the study, run trials until the budget is spent, then re-measure."""
-        self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
-        self.study = self._open()
+        study = self.study = self._open()
         self._recover()
-        self.strategy.start(self.study, self.known)
+        self.strategy.start(study, self.known)
         with _sigterm_as_interrupt():
             try:
                 self._trials()
@@ -171,11 +173,17 @@ class StudyRun:
             except KeyboardInterrupt:
                 raise Interrupted(f"study {self.name!r} interrupted; running trials were torn down and will run "
                                   "again when you run the same command") from None
-        return self.study
+        return study
 
     def best(self) -> TrialView | None:
         """The winner so far, by the ranking every view uses (`search.ranking`)."""
         return None if self.study is None else self.strategy.incumbent(self.study)
+
+    @property
+    def _live(self) -> optuna.Study:
+        """The study, open while `run` runs."""
+        assert self.study is not None, "the study is open only inside run()"
+        return self.study
 
     def deadline_left(self) -> float | None:
         return None if self.timeout_s is None else max(0.0, self.timeout_s - (time.monotonic() - self._began))
@@ -200,21 +208,21 @@ class StudyRun:
 
     def _recover(self) -> None:
         """Fail and re-enqueue a dead run's RUNNING trials after killing what they left behind."""
-        left = self.study.user_attrs.get(StudyAttr.REMEASURING)
+        left = self._live.user_attrs.get(StudyAttr.REMEASURING)
         if left and not _driver_alive(left.get(Attr.DRIVER)):
-            self.runner.kill_marker(left[Attr.MARKER], left.get(Attr.HOST, ""))
-        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self._runner.kill_marker(left[Attr.MARKER], left.get(Attr.HOST, ""))
+        for frozen in self._live.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             driver = frozen.user_attrs.get(Attr.DRIVER)
-            if _driver_alive(driver):
+            if driver is not None and _driver_alive(driver):
                 raise BadInput(f"study {self.name!r} is being run by pid {driver['pid']} (trial {frozen.number}); "
                                "stop that run first: a study has one driver")
             marker = frozen.user_attrs.get(Attr.MARKER)
-            killed = self.runner.kill_marker(marker, frozen.user_attrs.get(Attr.HOST, "")) if marker else 0
+            killed = self._runner.kill_marker(marker, frozen.user_attrs.get(Attr.HOST, "")) if marker else 0
             self.listener.note(f"trial {frozen.number} was left RUNNING by a dead run"
                                f"{f'; killed {killed} leftover process(es)' if killed else ''}; running it again")
             failure = {"kind": "driver_killed", "phase": frozen.user_attrs.get(Attr.PHASE, "starting"), "line": "",
                        "message": "the driver died while this trial ran (kill -9, reboot); not the config's fault"}
-            self.strategy.tell(self.study, running_trial(self.study, frozen), Outcome.INFRASTRUCTURE, failure=failure)
+            self.strategy.tell(self._live, running_trial(self._live, frozen), Outcome.INFRASTRUCTURE, failure=failure)
 
     # -- budget -----------------------------------------------------------------------------
     def measured(self) -> int:
@@ -240,29 +248,29 @@ class StudyRun:
         """
         try:
             while True:
-                while self.runner.free() > 0 and self._wants_more():
+                while self._runner.free() > 0 and self._wants_more():
                     self._launch()
                 if not self._running:
                     if self._wants_more():
                         raise InfrastructureFault(f"study {self.name!r}: no host is free to run a trial; "
                                                   "check the cluster, then run the same command to continue")
                     return
-                for job, result in self.runner.wait(WAIT_S):
+                for job, result in self._runner.wait(WAIT_S):
                     self._finish(self._running.pop(job.marker), result)
         except BaseException:
-            self.runner.cancel()
+            self._runner.cancel()
             for running in self._running.values():
                 self._record_levels(running.trial, running.levels, [])
-                self.strategy.tell(self.study, running.trial, Outcome.INFRASTRUCTURE, failure={
+                self.strategy.tell(self._live, running.trial, Outcome.INFRASTRUCTURE, failure={
                     "kind": "interrupted", "phase": running.trial.user_attrs.get(Attr.PHASE, "starting"), "line": "",
                     "message": "stopped by Ctrl-C, SIGTERM or the study stopping; run the study again to measure it"})
-                self.listener.trial_done(self.study.trials[running.trial.number])
+                self.listener.trial_done(self._live.trials[running.trial.number])
             self._running.clear()
             raise
 
     def _launch(self) -> None:
         """Ask for the next trial and start it on the runner."""
-        trial, config = self.strategy.ask(self.study)
+        trial, config = self.strategy.ask(self._live)
         number = trial.number
         marker = self._marker(str(number))
         trial_dir = self.trials_dir / self.name / str(number)
@@ -279,7 +287,7 @@ class StudyRun:
         def level(result: LevelResult) -> bool:
             running.levels.append(result)
             self.listener.level(number, result)
-            return self.strategy.on_level(self.study, trial, len(running.levels) - 1, result.max_concurrency,
+            return self.strategy.on_level(self._live, trial, len(running.levels) - 1, result.max_concurrency,
                                           result.output_throughput)
 
         def event(seen: Event) -> None:
@@ -288,7 +296,7 @@ class StudyRun:
             self.listener.event(number, seen)
 
         job = Job(self.space, config, marker, trial_dir, self._baseline_answers(number))
-        self.runner.start(job, Hooks(placed=placed, event=event, level=level))
+        self._runner.start(job, Hooks(placed=placed, event=event, level=level))
 
     def _finish(self, running: _Running, result: TrialResult) -> None:
         """Record a finished trial and bound infrastructure retries of its config."""
@@ -300,7 +308,7 @@ class StudyRun:
             if baseline is not None:
                 result.answers_differ = bool(correctness.compare(baseline, result.answers))
         self._record(trial, result, result.gpu)
-        self.listener.trial_done(self.study.trials[trial.number])
+        self.listener.trial_done(self._live.trials[trial.number])
         if result.outcome == Outcome.INFRASTRUCTURE:
             self._count_infra(config, trial.number, result)
         else:
@@ -308,11 +316,12 @@ class StudyRun:
 
     def _baseline_answers(self, number: int) -> list[str] | None:
         """The baseline's greedy answers, which every later trial's answers must match."""
-        for t in views(self.study, (TrialState.COMPLETE,)):
+        for t in views(self._live, (TrialState.COMPLETE,)):
             if t.plan == "baseline" and t.number != number:
                 path = Path(t.artifacts) / "answers.json"
                 if path.is_file():
-                    return json.loads(path.read_text())
+                    answers: list[str] = json.loads(path.read_text())
+                    return answers
         return None
 
     @staticmethod
@@ -337,7 +346,7 @@ class StudyRun:
             objective = max((level.output_throughput for level in result.levels), default=0.0)
         if outcome == Outcome.PRUNED and result.levels and trial.user_attrs.get(Attr.PRUNED_BECAUSE) is None:
             trial.set_user_attr(Attr.PRUNED_BECAUSE, "the ladder stopped early")
-        self.strategy.tell(self.study, trial, outcome, objective=objective, slo_ok=result.slo_ok,
+        self.strategy.tell(self._live, trial, outcome, objective=objective, slo_ok=result.slo_ok,
                            answers_differ=bool(result.answers_differ), failure=failure)
 
     def _count_infra(self, config: Mapping[str, Any], number: int, result: TrialResult) -> None:
@@ -347,7 +356,7 @@ class StudyRun:
         dead hosts (each then marked unavailable and skipped) must not stop a study that healthy
         hosts can carry on; when no host is left, the driver stops it anyway.
         """
-        host = self.study.get_trials(deepcopy=False)[number].user_attrs.get(Attr.HOST, "")
+        host = self._live.get_trials(deepcopy=False)[number].user_attrs.get(Attr.HOST, "")
         faults = self._infra_streak.setdefault(_key(config), Counter())
         faults[host] += 1
         message = result.failure.message if result.failure else "infrastructure fault"
@@ -362,8 +371,8 @@ class StudyRun:
         """Run the top configs `remeasure` more times each; the ranking and export use the mean."""
         if self.remeasure <= 0:
             return
-        done = remeasured(self.study)
-        for top in self.strategy.top(self.study, TOP_K):
+        done = remeasured(self._live)
+        for top in self.strategy.top(self._live, TOP_K):
             values = done.get(top.number, [])
             for repeat in range(len(values), self.remeasure):
                 if self._out_of_time():
@@ -374,25 +383,25 @@ class StudyRun:
                     continue
                 values.append(value)
                 done[top.number] = values
-                set_remeasured(self.study, done)
+                set_remeasured(self._live, done)
 
     def _measure_again(self, top: TrialView, repeat: int) -> float | None:
         """One more full run of a finished trial's config: its objective, 0 if it crashed, None on a host fault."""
         marker = self._marker(f"{top.number}-r{repeat}")
         trial_dir = self.trials_dir / self.name / str(top.number) / f"remeasure-{repeat}"
-        self.study.set_user_attr(StudyAttr.REMEASURING, {Attr.MARKER: marker, Attr.HOST: top.host, Attr.DRIVER: _me()})
-        self.runner.start(Job(self.space, self.space.clean(top.params), marker, trial_dir), Hooks())
+        self._live.set_user_attr(StudyAttr.REMEASURING, {Attr.MARKER: marker, Attr.HOST: top.host, Attr.DRIVER: _me()})
+        self._runner.start(Job(self.space, self.space.clean(top.params), marker, trial_dir), Hooks())
         try:
-            while not (done := self.runner.wait(WAIT_S)):
+            while not (done := self._runner.wait(WAIT_S)):
                 pass
         except KeyboardInterrupt:
-            self.runner.cancel()
+            self._runner.cancel()
             raise Interrupted(f"study {self.name!r} interrupted during re-measurement; run the same command to "
                               "finish it") from None
         result = done[0][1]
         # GPU time spent counts these runs too; a finished trial cannot take them, so the study keeps the sum.
-        spent = float(self.study.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS, 0.0)) + result.gpu_seconds
-        self.study.set_user_attr(StudyAttr.REMEASURE_GPU_SECONDS, spent)
+        spent = float(self._live.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS, 0.0)) + result.gpu_seconds
+        self._live.set_user_attr(StudyAttr.REMEASURE_GPU_SECONDS, spent)
         if result.outcome == Outcome.INFRASTRUCTURE:
             self.listener.note(f"re-measurement of trial {top.number} hit the host: "
                                f"{result.failure.message if result.failure else ''}")

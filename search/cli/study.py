@@ -70,8 +70,8 @@ def run(
     from search.errors import BadInput
     from search.loadtest.spec import parse_duration
     from search.progress import StudyProgress
-    from search.strategy import SAMPLERS
     from search.storage import load
+    from search.strategy import SAMPLERS
     from search.study import Interrupted, StudyRun, known_configs
 
     if sampler not in SAMPLERS:

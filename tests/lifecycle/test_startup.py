@@ -134,7 +134,8 @@ def test_crash_names_kind_phase_and_line(make_profile, marker, tmp_path, phase, 
         assert (failure.kind, failure.phase) == (kind, phase)
         assert evidence in failure.line
         assert not failure.infrastructure
-        assert failure.message.startswith(f"{'out of memory' if kind == 'oom' else kind if kind == 'unsupported' else 'crashed'} at {phase}: ")
+        said = "out of memory" if kind == "oom" else kind if kind == "unsupported" else "crashed"
+        assert failure.message.startswith(f"{said} at {phase}: ")
         assert evidence in failure.message
         # the event stream ends in the failure, after the phase it names was entered
         names = _phase_names(events)

@@ -15,8 +15,8 @@ from search.hosts.emulated import EmulatedHost
 from search.loadtest import LevelResult
 from search.logwatch import Event
 from search.progress import StudyProgress
-from search.space import load_space
 from search.runner import InProcessRunner
+from search.space import load_space
 from search.study import StudyRun
 from tests.parallel.conftest import write_space
 

@@ -118,10 +118,10 @@ def test_outcome_map_shows_which_value_crashed_where_with_the_log_line(demo: Pat
 
 def test_pareto_front_is_exactly_the_undominated_levels(demo: Path) -> None:
     _, sections = _study(demo)
-    for levels, front in zip(sections["latency"].figure.data[0::2], sections["latency"].figure.data[1::2]):
-        points = list(zip(levels.x, levels.y))
+    for levels, front in zip(sections["latency"].figure.data[0::2], sections["latency"].figure.data[1::2], strict=True):
+        points = list(zip(levels.x, levels.y, strict=True))
         undominated = {p for p in points if not any(q != p and q[0] >= p[0] and q[1] <= p[1] for q in points)}
-        assert set(zip(front.x, front.y)) == undominated and undominated
+        assert set(zip(front.x, front.y, strict=True)) == undominated and undominated
 
 
 def test_gpu_time_chart_adds_up_to_the_study_totals(demo: Path) -> None:

@@ -169,7 +169,8 @@ def test_config_from_command_names_every_misfit() -> None:
 
 def test_config_from_command_reports_parser_errors() -> None:
     space = load_space(SPACES / "glm5-nvfp4-8gpu.yaml")
-    with pytest.raises(BadInput, match="SGLang 0.5.9 rejects the launch command: argument --tensor-parallel-size/--tp-size: invalid int value: .eight."):
+    rejected = "SGLang 0.5.9 rejects the launch command: argument --tensor-parallel-size/--tp-size: invalid int value: .eight."
+    with pytest.raises(BadInput, match=rejected):
         config_from_command(space, "python -m sglang.launch_server --model m --tp eight")
 
 

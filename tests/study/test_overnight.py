@@ -26,7 +26,8 @@ STORAGE = "sqlite:///studies.db"
 
 def _driver(workdir: Path, space: Path, study: str, n_trials: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study, "--n-trials", str(n_trials),
+        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study,
+         "--n-trials", str(n_trials),
          "--emulate", "--remeasure", "0", "--seed", "0"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
         preexec_fn=ctrl_c_reaches)
