@@ -6,16 +6,20 @@ the order is `search.ranking`'s, the one every view and the export use.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import optuna
 import pandas as pd
+from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
@@ -23,7 +27,7 @@ from rich.table import Table
 from search.distributions import discover
 from search.errors import BadInput
 from search.ranking import Ranking
-from search.space import Space
+from search.space import Space, parse_space
 from search.storage import Constraint, Outcome, StudyAttr, TrialView, baseline, space_of, view, views
 
 FORMATS = ("table", "csv", "json")
@@ -37,9 +41,15 @@ _PHASE_SHORT = {"starting": "start", "loading": "load", "kv_cache": "kv", "autot
 # --------------------------------------------------------------------------- ranking
 
 
+@functools.lru_cache(maxsize=16)
+def _distributions(space_json: str) -> Mapping[str, BaseDistribution]:
+    """`discover` of a space once per process: it samples the space, and a report ranks several times."""
+    return MappingProxyType(discover(parse_space(json.loads(space_json))))
+
+
 def ranking(study: optuna.Study) -> Ranking:
     """The ranking of the study's space (its parameters as the strategy sees them)."""
-    return Ranking(discover(space_of(study)))
+    return Ranking(_distributions(space_of(study).model_dump_json()))
 
 
 def ranked(study: optuna.Study) -> list[TrialView]:
@@ -156,7 +166,7 @@ def row(t: TrialView, space: Space) -> dict[str, Any]:
 def table(study: optuna.Study, top: int | None = None) -> pd.DataFrame:
     """The ranked table (skipped trials excluded; `counts` has them)."""
     space = space_of(study)
-    shown = [t for t in Ranking(discover(space)).ranked(views(study)) if t.skipped is None]
+    shown = [t for t in ranking(study).ranked(views(study)) if t.skipped is None]
     rows = [row(t, space) for t in shown[:top]]
     frame = pd.DataFrame(rows).convert_dtypes()  # nullable ints: "16", not "16.0", beside missing values
     if not frame.empty:
