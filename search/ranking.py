@@ -24,12 +24,17 @@ go to the earlier trial.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
+from search.distributions import discover
+from search.space import Space, parse_space
 from search.storage import Outcome, TrialView
 from search.surrogate import posterior_means
 
@@ -41,6 +46,12 @@ BAND_MIN_POINTS = 8
 # The first of the ranking is a trial measured within this fraction of the best (over twice the
 # few-percent noise of one measurement).
 RANK_GUARD = 0.06
+
+
+@functools.lru_cache(maxsize=16)
+def _distributions(space_json: str) -> Mapping[str, BaseDistribution]:
+    """`discover` of a space once per process: it samples the space, and a report ranks several times."""
+    return MappingProxyType(discover(parse_space(json.loads(space_json))))
 
 
 def band(trials: Sequence[TrialView]) -> list[TrialView]:
@@ -81,6 +92,11 @@ class Ranking:
 
     dists: Mapping[str, BaseDistribution]
     pooled: bool = True
+
+    @classmethod
+    def of(cls, space: Space) -> Ranking:
+        """The ranking of a stored space's trials, as the strategy that ran them ranks them."""
+        return cls(_distributions(space.model_dump_json()))
 
     def estimates(self, feasible: Sequence[TrialView]) -> dict[int, tuple[bool, float]]:
         """Per feasible trial: (measured within RANK_GUARD of the best, the model's estimate or its value)."""

@@ -6,28 +6,23 @@ the order is `search.ranking`'s, the one every view and the export use.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import optuna
 import pandas as pd
-from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
-from search.distributions import discover
 from search.errors import BadInput
 from search.ranking import Ranking
-from search.space import Space, parse_space
+from search.space import Space
 from search.storage import Constraint, Outcome, StudyAttr, TrialView, baseline, space_of, view, views
 
 FORMATS = ("table", "csv", "json")
@@ -41,15 +36,9 @@ _PHASE_SHORT = {"starting": "start", "loading": "load", "kv_cache": "kv", "autot
 # --------------------------------------------------------------------------- ranking
 
 
-@functools.lru_cache(maxsize=16)
-def _distributions(space_json: str) -> Mapping[str, BaseDistribution]:
-    """`discover` of a space once per process: it samples the space, and a report ranks several times."""
-    return MappingProxyType(discover(parse_space(json.loads(space_json))))
-
-
 def ranking(study: optuna.Study) -> Ranking:
-    """The ranking of the study's space (its parameters as the strategy sees them)."""
-    return Ranking(_distributions(space_of(study).model_dump_json()))
+    """The ranking of the study's space."""
+    return Ranking.of(space_of(study))
 
 
 def ranked(study: optuna.Study) -> list[TrialView]:

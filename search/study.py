@@ -2,9 +2,9 @@
 
 This module is the only writer to the study storage. Every trial goes through the
 `search.strategy.Strategy` (the same object `scripts/bench_search.py` measures), runs with
-`search.trial.run_trial` through a :class:`Runner`, and is recorded with the user attributes
-every view reads (docs/architecture.md, "What a study stores per trial"). The runner decides
-where and how many trials run at once: :class:`InProcessRunner` runs one at a time on one host,
+`search.trial.run_trial` through a `search.runner.Runner`, and is recorded with the user attributes
+of `search.storage` that every view reads. The runner decides where and how many trials run at
+once: `search.runner.InProcessRunner` runs one at a time on one host,
 `search.parallel.RayRunner` one per Ray node; the driver loop is the same for both, so asks
 overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
 
@@ -40,7 +40,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search import correctness
 from search.command import config_from_command
-from search.distributions import discover
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
 from search.loadtest import LevelResult
@@ -434,7 +433,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def best_configs(study: optuna.Study, k: int = TOP_K) -> list[dict[str, Any]]:
     """Another study's best distinct configs (for `--from-study`), as `search.ranking` orders them."""
     space = space_of(study)
-    return [space.clean(t.params) for t in Ranking(discover(space)).top(views(study), k)]
+    return [space.clean(t.params) for t in Ranking.of(space).top(views(study), k)]
 
 
 def known_configs(space: Space, start_from: Iterable[str], from_studies: Iterable[optuna.Study]) -> list[dict[str, Any]]:
