@@ -34,7 +34,7 @@ from search.errors import BadInput
 from search.logwatch import PHASES
 from search.output import write_output
 from search.space import Space
-from search.storage import DEFAULT_STORAGE, Outcome, StudyAttr, TrialView, space_of, view, views
+from search.storage import DEFAULT_STORAGE, Outcome, Plan, StudyAttr, TrialView, space_of, view, views
 
 TOP = 3  # configs drawn beside the baseline in the per-level charts
 TABLE_ROWS = 12  # rows of the ranking table
@@ -133,7 +133,7 @@ class Palette:
 
 def _palette(study: optuna.Study) -> Palette:
     ranked = [t for t in results.ranked(study) if t.feasible]
-    base = next((t.number for t in _finished(study) if t.plan == "baseline"), None)
+    base = next((t.number for t in _finished(study) if t.plan == Plan.BASELINE), None)
     return Palette(base, tuple(t.number for t in ranked if t.number != base)[:TOP])
 
 

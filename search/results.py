@@ -23,7 +23,7 @@ from rich.table import Table
 from search.errors import BadInput
 from search.ranking import Ranking
 from search.space import Space
-from search.storage import Constraint, Outcome, StudyAttr, TrialView, baseline, space_of, view, views
+from search.storage import Constraint, Outcome, Plan, StudyAttr, TrialView, baseline, space_of, view, views
 
 FORMATS = ("table", "csv", "json")
 MIN_FOR_IMPORTANCE = 3  # completed trials before parameter importances mean anything
@@ -135,7 +135,7 @@ def row(t: TrialView, space: Space) -> dict[str, Any]:
         "mean_tok_s": t.mean if again else None,
         "spread_tok_s": (max(values) - min(values)) if again else None,
         "repeats": len(values) if t.remeasured else None,
-        "changed": "(baseline)" if t.plan == "baseline" else changed(space.clean(t.params), dict(space.baseline or {})),
+        "changed": "(baseline)" if t.plan == Plan.BASELINE else changed(space.clean(t.params), dict(space.baseline or {})),
         "startup_s": startup_text(t.phases),
         "gpu_power": gpu_text(top_gpu),  # at the highest level measured, gpu_at
         "gpu_at": top_gpu["concurrency"] if top_gpu else None,

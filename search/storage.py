@@ -49,7 +49,7 @@ class Attr(StrEnum):
     RETRY_OF = "retry_of"  # the trial an infrastructure fault re-enqueued
     SKIPPED = "skipped"  # why the strategy told this proposal without running it
     # The strategy's plan (search.strategy): which source proposed the trial, and its notes.
-    PLAN = "strategy"  # "baseline" | "known" | "sweep" | "partner" | "model" | "sampler"
+    PLAN = "strategy"  # a Plan
     LADDER = "level_concurrency"  # the concurrency of each level reported so far
     SWEEP_PARAM = "sweep_param"
     SWEEP_PASS = "sweep_pass"
@@ -57,6 +57,17 @@ class Attr(StrEnum):
     CENTRE_SCORE = "centre_score"  # a sweep move's centre score when it was planned
     SWEEP_FROM = "sweep_from"  # ... and the centre's value of the swept parameter
     PARTNER_OF = "partner_of"  # "param=value" of the crash a repair retries
+
+
+class Plan(StrEnum):
+    """Which source of the strategy's plan proposed a trial (its ``Attr.PLAN``)."""
+
+    BASELINE = "baseline"  # the space's baseline, first
+    KNOWN = "known"  # --start-from / --from-study
+    SWEEP = "sweep"  # screen, one-flag sweep, revisits, caps read off the ladder
+    PARTNER = "partner"  # a crashed move repaired with what its failure advises
+    MODEL = "model"  # the Gaussian-process model's proposal
+    SAMPLER = "sampler"  # the Optuna sampler (--sampler)
 
 
 class StudyAttr(StrEnum):
@@ -174,9 +185,10 @@ class TrialView:
         return self.attrs.get(Attr.SKIPPED)
 
     @property
-    def plan(self) -> str | None:
-        """Which source of the plan proposed it (``baseline``, ``sweep``, ``sampler``...)."""
-        return self.attrs.get(Attr.PLAN)
+    def plan(self) -> Plan | None:
+        """Which source of the plan proposed it; None for a trial no strategy asked."""
+        tag = self.attrs.get(Attr.PLAN)
+        return Plan(tag) if tag is not None else None
 
     @property
     def pruned_because(self) -> str:
@@ -269,4 +281,4 @@ def view(study: optuna.Study, number: int) -> TrialView:
 
 def baseline(study: optuna.Study) -> TrialView | None:
     """The completed baseline trial, if there is one."""
-    return next((t for t in views(study, (TrialState.COMPLETE,)) if t.plan == "baseline"), None)
+    return next((t for t in views(study, (TrialState.COMPLETE,)) if t.plan == Plan.BASELINE), None)

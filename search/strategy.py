@@ -77,7 +77,7 @@ from search.distributions import SpaceLike, discover
 from search.errors import BadInput
 from search.optuna_internals import enqueued_params
 from search.ranking import BAND_MIN_POINTS, Ranking, band
-from search.storage import Attr, Constraint, Outcome, TrialView, meets_constraints, views
+from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
 from search.surrogate import fit
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
@@ -445,10 +445,10 @@ class Strategy:
         """
         if not self.guided or study.get_trials(deepcopy=False):
             return
-        study.enqueue_trial(dict(self.baseline), user_attrs={Attr.PLAN: "baseline"})
+        study.enqueue_trial(dict(self.baseline), user_attrs={Attr.PLAN: Plan.BASELINE})
         for config in known:
             if not _same(config, self.baseline):
-                study.enqueue_trial(dict(config), user_attrs={Attr.PLAN: "known"})
+                study.enqueue_trial(dict(config), user_attrs={Attr.PLAN: Plan.KNOWN})
 
     # -- asking ------------------------------------------------------------------------------
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
@@ -462,14 +462,14 @@ class Strategy:
         for skips in range(MAX_SKIPS + 1):
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(Attr.PLAN) in ("baseline", "known", "partner"):
+            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER):
                 break
             reason = self._skip_reason(study, config, asking=trial.number)
             if reason is None:
                 break
             self._tell_skipped(study, trial, config, reason)
         if Attr.PLAN not in trial.user_attrs:
-            trial.set_user_attr(Attr.PLAN, "sampler")
+            trial.set_user_attr(Attr.PLAN, Plan.SAMPLER)
         return trial, config
 
     def _finished(self, study: optuna.Study) -> list[FrozenTrial]:
@@ -582,7 +582,7 @@ class Strategy:
         for c in map(self._active, configs):
             if any(_same(c, p) for p in [*tried, *fresh]):
                 continue
-            if attrs.get(Attr.PLAN) == "partner" or self._skip_reason(study, c) is None:
+            if attrs.get(Attr.PLAN) == Plan.PARTNER or self._skip_reason(study, c) is None:
                 fresh.append(dict(c))
         for config in fresh:
             study.enqueue_trial(config, user_attrs={str(k): v for k, v in attrs.items()})
@@ -605,7 +605,7 @@ class Strategy:
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
         # studies) do not hold the plan up, they fill hosts while a batch is measured.
-        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) and t.user_attrs.get(Attr.PLAN) != "sampler"
+        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) and t.user_attrs.get(Attr.PLAN) != Plan.SAMPLER
                for t in trials):
             return
         centre, working = self._centre(study)
@@ -613,7 +613,7 @@ class Strategy:
             # Every fix the failure line suggests at once: the centre then moves to the best of them.
             named = self._named_by_crash(study)
             variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n]) if v != centre.get(n)]
-            if self._enqueue(study, variants, {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
+            if self._enqueue(study, variants, {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
                                                Attr.SWEEP_FROM_WORKING: False}):
                 return
         if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)
@@ -649,7 +649,7 @@ class Strategy:
             if name in swept or name not in centre:
                 continue
             variants = [{**centre, name: v} for v in self._sweep_values(study, centre, name, sweep_pass)]
-            attrs = {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: sweep_pass, Attr.SWEEP_FROM_WORKING: working,
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: sweep_pass, Attr.SWEEP_FROM_WORKING: working,
                      Attr.CENTRE_SCORE: self._centre_score(study, centre), Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, variants, attrs):
                 return True
@@ -687,7 +687,7 @@ class Strategy:
                     and ref and score and score > ref and score / ref > best.get(name, (1.0, None))[0]):
                 best[name] = (score / ref, t.params[name])
         combined = {**centre, **{n: v for n, (_, v) in best.items()}}
-        return len(best) > 1 and self._enqueue(study, [combined], {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: "combined"})
+        return len(best) > 1 and self._enqueue(study, [combined], {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "combined"})
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
@@ -708,7 +708,7 @@ class Strategy:
                 continue
             best = max(holders, key=lambda t: self._score(t) or 0.0)
             variants = [{**best.params, name: v} for v in grid_values(dist) if v != best.params[name]]
-            attrs = {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: 0, Attr.SWEEP_FROM_WORKING: True}
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: 0, Attr.SWEEP_FROM_WORKING: True}
             if self._enqueue(study, variants, attrs):
                 return True
         return False
@@ -736,7 +736,7 @@ class Strategy:
             if name in screened or name not in centre:
                 continue
             variants = [{**centre, name: v} for v in screen_values(dist, centre[name])]
-            attrs = {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: SCREEN_PASS, Attr.SWEEP_FROM_WORKING: working,
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: SCREEN_PASS, Attr.SWEEP_FROM_WORKING: working,
                      Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, variants, attrs):
                 return True
@@ -802,7 +802,7 @@ class Strategy:
                 value = toward(self._dists[q], tried[-1] if tried else centre[q], hint)
                 if value is not None:
                     moves.append({**centre, name: t.params[name], q: value})
-            if self._enqueue(study, moves[:MAX_PARTNERS], {Attr.PLAN: "partner", Attr.PARTNER_OF: key}):
+            if self._enqueue(study, moves[:MAX_PARTNERS], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
                 return True
         return False
 
@@ -829,7 +829,7 @@ class Strategy:
         for _, name, value in sorted(wins, key=lambda w: -w[0]):
             if (name, value) in lost:
                 continue
-            attrs = {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: "revisit", Attr.SWEEP_FROM_WORKING: True,
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: "revisit", Attr.SWEEP_FROM_WORKING: True,
                      Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, [{**centre, name: value}], attrs):
                 return True
@@ -846,7 +846,7 @@ class Strategy:
         proposes what the interrupted one would have.
         """
         done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and Attr.SKIPPED not in t.user_attrs]
-        if done and done[-1].user_attrs.get(Attr.PLAN) == "model":
+        if done and done[-1].user_attrs.get(Attr.PLAN) == Plan.MODEL:
             return False  # the sampler's turn: it keeps looking at the whole space
         fitted = band(self._feasible(study))
         if len(fitted) < BAND_MIN_POINTS:
@@ -867,7 +867,7 @@ class Strategy:
         if not candidates:
             return False
         gain = model.expected_improvement(candidates, float(means.max()))
-        return self._enqueue(study, [candidates[int(np.argmax(gain))]], {Attr.PLAN: "model"})
+        return self._enqueue(study, [candidates[int(np.argmax(gain))]], {Attr.PLAN: Plan.MODEL})
 
     def _perturb(self, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """``config`` with one or two of its numeric parameters moved by a normal step of MODEL_STEP."""
@@ -940,7 +940,7 @@ class Strategy:
                                 and _close(dist, value, t.params[CAP], READ_CLOSE) for t in slice_ if CAP in t.params):
             return False  # it would only measure a cap of the slice again
         # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
-        attrs = {Attr.PLAN: "sweep", Attr.SWEEP_PARAM: CAP, Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True}
+        attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: CAP, Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True}
         return self._enqueue(study, [{**centre, CAP: value}], attrs)
 
     # -- pruning -----------------------------------------------------------------------------

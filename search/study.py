@@ -52,6 +52,7 @@ from search.storage import (
     DEFAULT_STORAGE,
     Attr,
     Outcome,
+    Plan,
     StudyAttr,
     TrialView,
     remeasured,
@@ -316,7 +317,7 @@ class StudyRun:
     def _baseline_answers(self, number: int) -> list[str] | None:
         """The baseline's greedy answers, which every later trial's answers must match."""
         for t in views(self._live, (TrialState.COMPLETE,)):
-            if t.plan == "baseline" and t.number != number:
+            if t.plan == Plan.BASELINE and t.number != number:
                 path = Path(t.artifacts) / "answers.json"
                 if path.is_file():
                     answers: list[str] = json.loads(path.read_text())
