@@ -82,7 +82,8 @@ def _standing(t: TrialView) -> float:
     return mean if mean is not None else max(t.frozen.intermediate_values.values(), default=0.0)
 
 
-def _same(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+def same_config(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Whether two configs are one point of the space (parameter order aside)."""
     return dict(a) == dict(b)
 
 
@@ -129,7 +130,7 @@ class Ranking:
         for t in self.ranked(trials):
             if not t.feasible or len(picked) == k:
                 break
-            if not any(_same(t.params, p.params) for p in picked):
+            if not any(same_config(t.params, p.params) for p in picked):
                 picked.append(t)
         return picked
 

@@ -76,7 +76,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
 from search.optuna_internals import enqueued_params
-from search.ranking import BAND_MIN_POINTS, Ranking, band
+from search.ranking import BAND_MIN_POINTS, Ranking, band, same_config
 from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
 from search.surrogate import fit
 
@@ -230,10 +230,6 @@ def _unordered(dist: BaseDistribution) -> bool:
     """A categorical whose choices have no order (backends, levels): one screen says little of the rest."""
     return isinstance(dist, CategoricalDistribution) and not all(
         c is None or isinstance(c, (int, float)) for c in dist.choices)
-
-
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return dict(a) == dict(b)
 
 
 def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
@@ -447,7 +443,7 @@ class Strategy:
             return
         study.enqueue_trial(dict(self.baseline), user_attrs={Attr.PLAN: Plan.BASELINE})
         for config in known:
-            if not _same(config, self.baseline):
+            if not same_config(config, self.baseline):
                 study.enqueue_trial(dict(config), user_attrs={Attr.PLAN: Plan.KNOWN})
 
     # -- asking ------------------------------------------------------------------------------
@@ -511,10 +507,10 @@ class Strategy:
         if name is not None:
             return f"{name}={config[name]!r} crashed when the sweep tried it alone"
         for t in self._finished(study):
-            if _same(t.params, config):
+            if same_config(t.params, config):
                 return f"same config as trial {t.number}"
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            if t.number != asking and Attr.SKIPPED not in t.user_attrs and _same(enqueued_params(t), config):
+            if t.number != asking and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config):
                 return f"same config as {t.state.name.lower()} trial {t.number}"
         return None
 
@@ -562,7 +558,7 @@ class Strategy:
         ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph"),
         and where it does not, its usual advice for that kind of failure names them."""
         for t in self._finished(study):
-            if t.constraints.get(Constraint.CRASHED, 0) > 0 and _same(t.params, self.baseline):
+            if t.constraints.get(Constraint.CRASHED, 0) > 0 and same_config(t.params, self.baseline):
                 return list(self._hints(t))
         return []
 
@@ -580,7 +576,7 @@ class Strategy:
         tried = [t.params for t in self._finished(study)]
         fresh: list[dict[str, Any]] = []
         for c in map(self._active, configs):
-            if any(_same(c, p) for p in [*tried, *fresh]):
+            if any(same_config(c, p) for p in [*tried, *fresh]):
                 continue
             if attrs.get(Attr.PLAN) == Plan.PARTNER or self._skip_reason(study, c) is None:
                 fresh.append(dict(c))
@@ -691,7 +687,7 @@ class Strategy:
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
-        return max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
+        return max((self._score(t) or 0.0 for t in self._working(study) if same_config(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
         """Sweep each parameter the centre leaves inactive from the best working config where it is active.
@@ -862,7 +858,7 @@ class Strategy:
         candidates: list[dict[str, Any]] = []
         for i in range(MODEL_CANDIDATES):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
-            if not any(_same(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
+            if not any(same_config(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
                 candidates.append(c)
         if not candidates:
             return False
@@ -889,7 +885,7 @@ class Strategy:
         cap above it changes nothing. Left: caps below the lowest level, and only when the curve
         fell from its first level on (the peak may lie below it).
         """
-        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and _same(t.params, centre)
+        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
                 and not self._capped(t) and len(t.user_attrs.get(Attr.LADDER) or []) >= 2]
         if not runs:
             return values
