@@ -127,15 +127,20 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
 
 @app.command("list")
 def list_studies(storage: str = _STORAGE) -> None:
-    """Every study in the storage: trials, best value, when it started."""
+    """Every study in the storage: trials, its winner (as `study show` names it), when it started."""
     import optuna
 
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
+    from search.results import ranking
+    from search.storage import StudyAttr, views
+
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     if not summaries:
         print(f"no studies in {storage}; start one with `search study run SPACE --study NAME`")
         return
     for s in summaries:
-        best = f"best {s.best_trial.value:,.0f} tok/s (trial {s.best_trial.number})" if s.best_trial else "no result yet"
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        won = ranking(study).best(views(study)) if StudyAttr.SPACE in study.user_attrs else None
+        best = f"best {won.mean:,.0f} tok/s (trial {won.number})" if won and won.mean else "no result yet"
         began = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"
         print(f"{s.study_name}\t{s.n_trials} trials\t{best}\tstarted {began}")
 

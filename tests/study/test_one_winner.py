@@ -1,5 +1,5 @@
-"""Every view names the same winner: `study show`, `study export`, `study report`, the live progress
-and `--from-study` all take it from `search.ranking`.
+"""Every view names the same winner: `study show`, `study list`, `study export`, `study report`, the
+live progress and `--from-study` all take it from `search.ranking`.
 
 The study holds what makes rules disagree: a lucky single measurement above the re-measured
 configs, two re-measured configs whose means tie, a crash, a pruned trial whose first level was
@@ -19,8 +19,10 @@ import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 from rich.console import Console
+from typer.testing import CliRunner
 
 from search import export, report, results
+from search.cli import app
 from search.progress import StudyProgress
 from search.space import Space, load_space
 from search.storage import Attr, Constraint, Outcome, StudyAttr, set_remeasured
@@ -94,6 +96,8 @@ def test_show_export_report_progress_and_from_study_name_the_same_winner(tmp_pat
     headline = re.search(r"Trial #(\d+) beats the baseline", report.render(study, storage))
     assert headline and int(headline.group(1)) == WINNER
     assert best_configs(study)[0] == space.clean(study.trials[WINNER].params)
+    listed = CliRunner().invoke(app, ["study", "list", "--storage", storage])
+    assert listed.exit_code == 0 and f"(trial {WINNER})" in listed.output, listed.output
     assert _progress_names(space, study, storage, tmp_path) == WINNER
 
 
