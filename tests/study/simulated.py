@@ -12,6 +12,7 @@ from typing import Any
 
 from search.loadtest import LevelResult
 from search.runner import Hooks, Job
+from search.storage import Outcome
 from search.trial import TrialResult
 
 Throughput = Callable[[Mapping[str, Any], int], float]  # (config, concurrency) -> output tok/s
@@ -44,9 +45,9 @@ class SimulatedRunner:
         for concurrency in job.space.load_test.concurrency:
             levels.append(level(concurrency, self.throughput(job.config, concurrency)))
             if not hooks.level(levels[-1]):
-                return [(job, TrialResult("pruned", job.trial_dir, job.marker, levels=levels, slo_ok=True))]
+                return [(job, TrialResult(Outcome.PRUNED, job.trial_dir, job.marker, levels=levels, slo_ok=True))]
         peak = max(levels, key=lambda lv: lv.output_throughput)
-        return [(job, TrialResult("completed", job.trial_dir, job.marker, levels=levels, slo_ok=True,
+        return [(job, TrialResult(Outcome.COMPLETED, job.trial_dir, job.marker, levels=levels, slo_ok=True,
                                   objective=peak.output_throughput, peak_concurrency=peak.max_concurrency))]
 
     def cancel(self) -> None:
