@@ -127,6 +127,7 @@ def remeasured(study: optuna.Study) -> dict[int, list[float]]:
 
 
 def set_remeasured(study: optuna.Study, values: Mapping[int, list[float]]) -> None:
+    """Store the re-measurements on the study: Optuna lets a finished trial take no more values."""
     study.set_user_attr(StudyAttr.REMEASURED, {str(k): list(v) for k, v in values.items()})
 
 
