@@ -277,7 +277,7 @@ def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
     index, of = part
     assert _SIM is not None
     space, grid = _SIM.problem.space, _GRID
-    combos = (dict(zip(grid, combo)) for combo in itertools.product(*grid.values()))
+    combos = (dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values()))
     sample = [space.suggest(optuna.trial.FixedTrial(c)) for c in itertools.islice(combos, 0, None, 997)][:60]
     composer = FlagComposer(_SIM, grid)
     fast = Simulator(_SIM.problem, _SIM.land, composer.flags) if composer.verified(sample) else _SIM
@@ -285,7 +285,7 @@ def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
     for i, combo in enumerate(itertools.product(*grid.values())):
         if i % of != index:
             continue
-        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo, strict=True))))
         value = fast.true_value(config)
         if value is not None and value > best[0]:
             best = (value, config)
@@ -439,7 +439,7 @@ def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: f
             curves = pool.map(_run_task, tasks)
     else:
         curves = [_run_task(task) for task in tasks]
-    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves) if k == kind], best) for kind in samplers}
+    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves, strict=True) if k == kind], best) for kind in samplers}
     return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
             "optimum": {"value": round(best, 1), "config": best_config},
             "samplers": results, **against_peers(results)}

@@ -23,11 +23,9 @@ from search.space import (
     IntParam,
     Problem,
     Space,
-    deprecation,
     is_flag,
-    unknown_flag,
-    value_problems,
 )
+from search.space_check import deprecation, unknown_flag, value_problems
 
 SOURCE = "<command>"
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
@@ -141,7 +139,7 @@ def config_from_command(space: Space, text: str) -> dict[str, Any]:
         config[name] = value
     config = space.active(config)
     fixed = _fixed_values(space, manifest)
-    searched = {manifest.flag(n).dest for n in space.params if is_flag(n) and manifest.flag(n)}
+    searched = {flag.dest for n in space.params if is_flag(n) and (flag := manifest.flag(n)) is not None}
     for option, _ in _options(command.args):
         flag = manifest.flag(option)
         if flag is None or flag.dest in searched or flag.dest in _WHERE:

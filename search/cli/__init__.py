@@ -11,6 +11,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
+import optuna
 import typer
 
 from search.errors import SearchError
@@ -36,6 +37,8 @@ _debug = False
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
     global _debug
     _debug = debug
+    # The program, not the library, owns the process's logging: Optuna's INFO line per study is noise here.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _register() -> None:

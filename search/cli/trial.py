@@ -15,6 +15,7 @@ from rich.table import Table
 
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.logwatch import Event
+from search.storage import Outcome
 from search.trial import TrialResult, meets_slos, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
@@ -48,7 +49,7 @@ def run(
     answers, run the load-test ladder, tear it down and print the timeline and the levels."""
     from search.artifacts import TrialArtifacts
     from search.cli.space import checked_space
-    from search.hosts import LocalHost
+    from search.hosts import local_host
 
     space = checked_space(space_path)
     config = {**(space.baseline or {}), **parse_sets(sets, space.params)}
@@ -61,13 +62,14 @@ def run(
             console.print(f"[dim]{event.time - began:7.1f} s[/dim]  {event.name}")
 
     console.print(f"trial {artifacts.root}  ({'emulated' if emulate else 'local'})")
-    result = run_trial(space, config, LocalHost(emulate=emulate), trial_dir=artifacts.root, marker=marker,
+    result = run_trial(space, config, local_host(emulate=emulate), trial_dir=artifacts.root, marker=marker,
                        on_event=on_event)
     _print(result, space, began)
-    if result.outcome == "infrastructure":
-        raise InfrastructureFault(result.failure.message)
-    if result.outcome == "crashed":
-        raise RunFailed(result.failure.message)
+    message = result.failure.message if result.failure else str(result.outcome)
+    if result.outcome == Outcome.INFRASTRUCTURE:
+        raise InfrastructureFault(message)
+    if result.outcome == Outcome.CRASHED:
+        raise RunFailed(message)
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -97,7 +99,7 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
     if result.objective is not None:
         console.print(f"{result.outcome}: peak {result.objective:,.0f} output tok/s at concurrency "
                       f"{result.peak_concurrency}")
-    elif result.outcome in ("completed", "pruned"):
+    elif result.outcome in (Outcome.COMPLETED, Outcome.PRUNED):
         console.print(f"{result.outcome}: no level met the SLOs")
     if result.answers_differ:
         console.print("[yellow]answers differ from the baseline's[/yellow]")
@@ -116,6 +118,6 @@ def show(
     import sys
 
     from search.results import trial_text
-    from search.study import load
+    from search.storage import load
 
     sys.stdout.write(trial_text(load(study, storage), number))
