@@ -39,6 +39,7 @@ import optuna
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 from bench_peers import PEERS, make_peer  # noqa: E402
+
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
