@@ -28,6 +28,8 @@ import multiprocessing
 import random
 import statistics
 import sys
+import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +41,12 @@ import optuna
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 from bench_peers import PEERS, make_peer  # noqa: E402
+from bench_runner import LandscapeRunner  # noqa: E402
 
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
+from search.study import Listener, StudyRun  # noqa: E402
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "warmup": 10.0}
@@ -143,13 +147,18 @@ class Simulator:
         fn = getattr(self.land, "corrupt", None)
         return bool(fn(*self.flags(config))) if fn else False
 
-    def level(self, config: dict[str, Any], concurrency: int, noise: float, rng: random.Random) -> tuple[float, bool]:
-        """(output tok/s, SLO met) at one ladder level."""
+    def running(self, config: dict[str, Any], concurrency: int) -> int:
+        """Requests decoding at once at a level: the streams, up to the running cap."""
         flags, env = self.flags(config)
         cap = flags.get("max_running_requests")
         if cap is None and hasattr(self.land, "max_running_requests"):
             cap = self.land.max_running_requests(flags, env)
-        running = max(1, min(concurrency, cap or concurrency))
+        return max(1, min(concurrency, cap or concurrency))
+
+    def level(self, config: dict[str, Any], concurrency: int, noise: float, rng: random.Random) -> tuple[float, bool]:
+        """(output tok/s, SLO met) at one ladder level."""
+        flags, env = self.flags(config)
+        running = self.running(config, concurrency)
         value = self.land.throughput(flags, env, running) * (1.0 + rng.gauss(0.0, noise) if noise else 1.0)
         slo = self.problem.itl_slo_ms
         return value, slo is None or value <= 0 or 1000.0 * running / value <= slo
@@ -347,44 +356,35 @@ def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
 
 
 def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float) -> list[dict[str, Any]]:
-    """One study of n_trials server starts; per trial the incumbent's true value and GPU hours so far."""
+    """One study of n_trials server starts, driven by the product's `StudyRun` on a `LandscapeRunner`.
+
+    Per trial, as it ends: the true value of the study's winner so far (by the product's own
+    ranking, `StudyRun.best`) and the GPU hours spent.
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rng = random.Random(seed * 7919 + 1)
-    strategy = make_strategy(kind, sim.problem.space, seed)
-    study = optuna.create_study(direction="maximize", sampler=strategy.sampler)
-    strategy.start(study)
-    gpu = 0.0
     curve: list[dict[str, Any]] = []
-    while len(curve) < n_trials:
-        try:
-            trial, config = strategy.ask(study)
-        except RuntimeError:  # the grid is exhausted
-            break
-        failure, spent = sim.startup(config)
-        gpu += spent
-        if failure is not None:
-            strategy.tell(study, trial, "crashed", failure=as_failure(failure))
-        elif sim.corrupt(config):
-            strategy.tell(study, trial, "pruned", answers_differ=True)
-        else:
-            met: list[float] = []
-            pruned = False
-            for step, concurrency in enumerate(sim.problem.concurrency):
-                value, ok = sim.level(config, concurrency, noise, rng)
-                gpu += sim.problem.level_seconds
-                if ok:
-                    met.append(value)
-                if not strategy.on_level(study, trial, step, concurrency, value):
-                    pruned = step < len(sim.problem.concurrency) - 1
-                    if pruned:
-                        break
-            if pruned:
-                strategy.tell(study, trial, "pruned", slo_ok=bool(met))
-            else:
-                strategy.tell(study, trial, "completed", objective=max(met) if met else 0.0, slo_ok=bool(met))
-        best = strategy.incumbent(study)
+    gpu = [0.0]
+
+    def after(seconds: float) -> None:
+        gpu[0] += seconds
+
+    def trial_done(trial: optuna.trial.FrozenTrial) -> None:
+        best = run.best()
         true = sim.true_value(dict(best.params)) if best is not None else None
-        curve.append({"true": true or 0.0, "gpu_hours": gpu / 3600.0})
+        curve.append({"true": true or 0.0, "gpu_hours": gpu[0] / 3600.0})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        space = sim.problem.space
+        searcher = None if kind == "ours" else make_strategy(kind, space, seed)
+        run = StudyRun(space=space, name=f"bench-{kind}-{seed}-{uuid.uuid4().hex[:8]}",
+                       storage="sqlite:///:memory:", seed=seed, n_trials=n_trials, remeasure=0,
+                       trials_dir=Path(tmp) / "trials", listener=Listener(trial_done=trial_done),
+                       runner=LandscapeRunner(sim, noise, seed, after), searcher=searcher)
+        try:
+            run.run()
+        except RuntimeError as exc:  # a grid sampler that ran out of points ends the study early
+            if "exhausted" not in str(exc).lower() and "grid" not in str(exc).lower():
+                raise
     return curve
 
 

@@ -145,6 +145,9 @@ class StudyRun:
     hosts: Mapping[str, Host] = field(default_factory=dict)  # by name, to clean up a dead run's trials
     listener: Listener = field(default_factory=Listener)
     runner: Runner | None = None  # default: InProcessRunner(host, hosts)
+    # What proposes and judges the trials; default Strategy(space, sampler, seed=seed). The search
+    # benchmark passes its peers here, so they run through this same driver.
+    searcher: Strategy | None = None
     study: optuna.Study | None = field(default=None, init=False)  # set by run()
 
     def __post_init__(self) -> None:
@@ -154,7 +157,7 @@ class StudyRun:
             self._runner = InProcessRunner([self.host], self.hosts or None)
         else:
             raise BadInput("a study needs a host or a runner to run its trials on")
-        self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
+        self.strategy = self.searcher or Strategy(self.space, self.sampler, seed=self.seed)
         self._began = time.monotonic()
         self._infra_streak: dict[str, Counter[str]] = {}  # config -> host -> faults in a row
         self._running: dict[str, _Running] = {}  # by marker

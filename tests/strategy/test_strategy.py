@@ -120,7 +120,7 @@ def _bench_module():
 
 def test_small_bench_ours_beats_random() -> None:
     bench = _bench_module()
-    problem = bench.Problem(space=FixtureSpace(), concurrency=LADDER, level_seconds=120, to_flags=to_flags)
+    problem = bench.load_problem(ROOT / "scripts" / "landscapes" / "space.yaml")  # the studies run through StudyRun
     landscape = bench.load_landscape(ROOT / "scripts" / "landscapes" / "backend_crash.py")
     result = json.loads(json.dumps(bench.bench(problem, landscape, trials=15, seeds=2, noise=0.025,
                                                samplers=("ours", "random")), default=str))

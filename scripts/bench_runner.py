@@ -1,0 +1,92 @@
+"""The search benchmark's runner: the product's driver (`search.study.StudyRun`) with each trial
+played from a landscape in this process instead of on a server.
+
+`LandscapeRunner` implements `search.runner.Runner` as `InProcessRunner` does, one job at a time;
+only what a server would have done comes from the landscape: how the config starts (a crash's
+text goes through the real log classifier, as a server's log line would), each ladder level's
+throughput with the landscape's measurement noise, and the GPU time it held. Everything else (the
+strategy, the pruner reading each level, the sampler, storage, re-queued repeats) is the product's
+own code path, so the benchmark measures what `search study run` does.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from search.lifecycle import Failure
+from search.loadtest import LevelResult
+from search.runner import Hooks, Job
+from search.storage import Outcome
+from search.trial import TrialResult
+
+if TYPE_CHECKING:
+    from bench_search import Simulator
+
+
+def level_result(concurrency: int, running: int, tok_s: float, seconds: float) -> LevelResult:
+    """A ladder level at ``tok_s`` whose ``running`` streams decode together (ITL = running / rate)."""
+    itl = 1000.0 * running / tok_s if tok_s > 0 else None
+    tokens = int(tok_s * seconds)
+    return LevelResult(concurrency, float(running), seconds, 0, 0, tokens, 0.0, 0.0, tok_s, tok_s,
+                       None, None, None, None, itl, itl, itl, itl, itl, itl, itl, itl, None, None, None, None)
+
+
+class LandscapeRunner:
+    """Plays each job on ``sim`` (bench_search.Simulator); ``after`` is called as each one ends."""
+
+    def __init__(self, sim: Simulator, noise: float, seed: int, after: Callable[[float], None]) -> None:
+        self.sim, self.noise, self.rng, self.after = sim, noise, random.Random(seed * 7919 + 1), after
+        self._job: tuple[Job, Hooks] | None = None
+
+    def free(self) -> int:
+        return 0 if self._job else 1
+
+    def start(self, job: Job, hooks: Hooks) -> None:
+        self._job = (job, hooks)
+        hooks.placed("landscape")
+
+    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        if self._job is None:
+            return []
+        (job, hooks), self._job = self._job, None
+        result = self._play(job, hooks)
+        self.after(result.gpu_seconds)
+        return [(job, result)]
+
+    def _play(self, job: Job, hooks: Hooks) -> TrialResult:
+        from bench_search import as_failure
+
+        config: dict[str, Any] = dict(job.config)
+        failed, spent = self.sim.startup(config)
+        if failed is not None:
+            seen = as_failure(failed)
+            failure = Failure(seen["kind"], seen["phase"], seen["line"], False, seen["message"], tuple(seen["advice"]))
+            return TrialResult(Outcome.CRASHED, job.trial_dir, job.marker, failure=failure, gpu_seconds=spent)
+        levels: list[LevelResult] = []
+        met: list[LevelResult] = []
+        for concurrency in self.sim.problem.concurrency:
+            value, ok = self.sim.level(config, concurrency, self.noise, self.rng)
+            spent += self.sim.problem.level_seconds
+            levels.append(level_result(concurrency, self.sim.running(config, concurrency), value,
+                                       self.sim.problem.level_seconds))
+            if ok:
+                met.append(levels[-1])
+            if not hooks.level(levels[-1]) and len(levels) < len(self.sim.problem.concurrency):
+                return TrialResult(Outcome.PRUNED, job.trial_dir, job.marker, levels=levels, slo_ok=bool(met),
+                                   gpu_seconds=spent)
+        peak = max(met, key=lambda lv: lv.output_throughput) if met else None
+        return TrialResult(Outcome.COMPLETED, job.trial_dir, job.marker, levels=levels, slo_ok=bool(met),
+                           answers_differ=self.sim.corrupt(config),
+                           objective=peak.output_throughput if peak else None,
+                           peak_concurrency=peak.max_concurrency if peak else None, gpu_seconds=spent)
+
+    def cancel(self) -> None:
+        self._job = None
+
+    def kill_marker(self, marker: str, host: str) -> int:
+        return 0
+
+    def close(self) -> None:
+        self._job = None
