@@ -26,7 +26,7 @@ from search.emulator.logs import Logger
 
 # The built-in model: GLM-5-NVFP4 as the seed ran it.
 MODEL = {"shards": 83, "arch": "GlmMoeDsaForCausalLM", "weights_gib_total": 215.0, "context_len": 202752,
-         "kv_mib_per_token": 1 / 16}
+         "kv_mib_per_token": 1 / 16, "quantization": "modelopt_fp4"}
 GPU_GIB = TOTAL_MIB / 1024
 # SGLang 0.5.8/0.5.9 autotune only these MoE runners; 0.5.23 added the rest.
 _AUTOTUNE_0_5_9 = {"flashinfer_trtllm", "flashinfer_mxfp4"}
@@ -34,6 +34,9 @@ _AUTOTUNE_0_5_23 = _AUTOTUNE_0_5_9 | {"flashinfer_trtllm_routed", "flashinfer_cu
                                       "flashinfer_megamoe"}
 # SGLang's default decode capture sizes, cut at --cuda-graph-max-bs (default 256 here).
 _CAPTURE_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+# Prefill token counts 0.5.23 captures, cut at --chunked-prefill-size (the real list is
+# prefill_config.bs, resolved from the model; these are the emulator's stand-in).
+_PREFILL_CAPTURE_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 # Environment variables SGLang renames at import (environ.py `_convert_SGL_to_SGLANG`): the old
 # name's value is copied verbatim (not negated) onto the new one, in the versions that do it.
 _RENAMED_ENV = {"0.5.8.post1": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"},
@@ -105,6 +108,9 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
         "tp": tp, "failing_ranks": failing_ranks(outcome, flags, tp), "autotune": autotune, "cuda_graph": graphs,
         "graph_backend": cuda_graphs.backend(flags, "decode"), "prefill_graph": cuda_graphs.on(flags, "prefill"),
+        "prefill_graph_backend": cuda_graphs.backend(flags, "prefill"),
+        "prefill_graph_tokens": [n for n in _PREFILL_CAPTURE_TOKENS if n <= int(flags.get("chunked_prefill_size") or 8192)],
+        "quantization": flags.get("quantization") or MODEL["quantization"],
         "balance_check": balance_check(settings.version, env), "base_gpu_id": int(flags.get("base_gpu_id") or 0),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
 import time
@@ -186,6 +185,10 @@ def build_app(emu: Emulator) -> FastAPI:
     app.add_api_route("/server_info", server_info, methods=["GET"])
     app.add_api_route("/get_server_info", server_info, methods=["GET"])
 
+    @app.api_route("/freeze_gc", methods=["GET", "POST"])
+    async def freeze_gc() -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
+        return Response(content="Garbage collection frozen.\n", status_code=200)
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": emu.model, "object": "model", "created": int(time.time()),
@@ -341,16 +344,15 @@ def _metrics(emu: Emulator) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_config(ms: bool) -> dict[str, Any]:
-    """uvicorn's config with SGLang's `[time] LEVEL:     message` format."""
-    stamp = "%(asctime)s.%(msecs)03d" if ms else "%(asctime)s"
+def _log_config(log: Logger) -> dict[str, Any]:
+    """uvicorn's config with the version's formats (templates.yaml `uvicorn_format`); the access
+    log stays on while serving, as SGLang leaves it."""
     fmt = {"datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False}
     return {"version": 1, "disable_existing_loggers": False,
-            "formatters": {"default": {"()": "uvicorn.logging.DefaultFormatter",
-                                       "fmt": f"[{stamp}] %(levelprefix)s %(message)s", **fmt},
+            "formatters": {"default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": log.words["uvicorn_format"],
+                                       **fmt},
                            "access": {"()": "uvicorn.logging.AccessFormatter",
-                                      "fmt": f'[{stamp}] %(levelprefix)s %(client_addr)s - "%(request_line)s" '
-                                             f'%(status_code)s', **fmt}},
+                                      "fmt": log.words["uvicorn_access_format"], **fmt}},
             "handlers": {"default": {"formatter": "default", "class": "logging.StreamHandler",
                                      "stream": "ext://sys.stderr"},
                          "access": {"formatter": "access", "class": "logging.StreamHandler",
@@ -381,8 +383,9 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
             await asyncio.Event().wait()  # stuck forever, or the rank crashes and SIGQUITs us
         await client.post("/generate", json={"text": _WARMUP_PROMPT,
                                              "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
-    emu.ready = True  # /health answers 503 until the warmup request has succeeded
-    logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
+        emu.ready = True  # /health answers 503 until the warmup request has succeeded
+        if emu.log.version == "0.5.23":  # _freeze_gc_after_server_warmup (http_server.py:2597)
+            await client.post("/freeze_gc")
     emu.log.say("ready")
 
 
@@ -445,7 +448,7 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
     url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     base = f"http://{url_host}:{port}"
     background: list[asyncio.Task[None]] = []
-    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
+    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(log),
                             loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
     server = uvicorn.Server(config)
 
