@@ -15,6 +15,9 @@ if [ "${1:-}" = "--test" ]; then
       tqdm ipython aiohttp msgspec orjson pybase64 psutil requests packaging
     "$PY" -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.23
   fi
+  # sglang's OpenAI protocol models (tests/fidelity/test_http.py re-serializes the emulator's
+  # chunks with them) import the openai package.
+  "$PY" -c 'import openai' 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check openai
   # The real wheels the fidelity tests (tests/fidelity) check every log text against, without
   # dependencies, unpacked once into the git-ignored .whl/src/<dist>-<version>/.
   for spec in sglang==0.5.8.post1 sglang==0.5.9 sglang==0.5.23 flashinfer-python==0.6.3 flashinfer-python==0.7.2; do
