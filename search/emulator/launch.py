@@ -41,7 +41,22 @@ _PREFILL_CAPTURE_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 # name's value is copied verbatim (not negated) onto the new one, in the versions that do it.
 _RENAMED_ENV = {"0.5.8.post1": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"},
                 "0.5.9": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"}}
-_ENV_FALSE = ("false", "0", "no", "n")  # EnvBool; any other value keeps the default
+# environ.py EnvBool (0.5.23: line 145): these words, any case; any other value keeps the default.
+_ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
+# 0.5.23 also autotunes the FP4 GEMM of a modelopt_fp4 model (flashinfer_autotune.py:135); its
+# `auto` backend is flashinfer_cutlass on the emulated SM120 GPUs (fp4_utils.py:154).
+_FP4_QUANTIZATIONS = ("modelopt_fp4", "modelopt_mixed")
+_FP4_AUTOTUNED_GEMMS = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")
+
+
+def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
+    value = env.get(name, "").lower()
+    return True if value in _ENV_TRUE else False if value in _ENV_FALSE else default
+
+
+def fp4_gemm_autotunes(flags: dict[str, Any]) -> bool:
+    quantization = flags.get("quantization") or MODEL["quantization"]
+    return quantization in _FP4_QUANTIZATIONS and flags.get("fp4_gemm_runner_backend") in _FP4_AUTOTUNED_GEMMS
 
 
 def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
@@ -71,7 +86,7 @@ def balance_check(version: str, env: dict[str, str]) -> bool:
     for old, new in _RENAMED_ENV.get(version, {}).items():
         if old in env:
             env[new] = env[old]
-    return env.get("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "").lower() not in _ENV_FALSE
+    return env_bool(env, "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", True)
 
 
 def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landscape: Landscape) -> dict[str, Any]:
@@ -87,8 +102,9 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
     if explicit_autotune is not None:
         autotune = explicit_autotune > 0
     else:
-        tuned = _AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9
-        autotune = flags.get("moe_runner_backend") in tuned and not flags.get("disable_flashinfer_autotune")
+        autotune = not flags.get("disable_flashinfer_autotune") and (
+            flags.get("moe_runner_backend") in (_AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9)
+            or (settings.version == "0.5.23" and fp4_gemm_autotunes(flags)))
     if outcome and outcome["phase"] == "autotune":
         autotune = True  # a crash or hang there means it ran
     tp = tp_size(flags)
@@ -102,7 +118,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
                                                if b <= (cuda_graphs.decode_max_bs(flags) or 256)]
     return {
         "version": settings.version, "state_dir": str(settings.state_dir), "host_gpus": settings.gpus,
-        "log_ms": env.get("SGLANG_LOG_MS", "0") not in ("", "0", "false", "False"),
+        "log_ms": env_bool(env, "SGLANG_LOG_MS", False),
         "seconds": {k: v * settings.time_scale for k, v in seconds.items()},
         "failure": outcome if outcome and not outcome.get("hang") else None,
         "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
