@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,13 +23,13 @@ def _variant_versions(variant: dict[str, Any]) -> list[str]:
     return [str(v) for v in variant.get("at", {}) if str(v) in VERSIONS] + [str(v) for v in variant.get("versions", ())]
 
 
-@lru_cache(maxsize=None)
+@cache
 def templates() -> dict[str, list[dict[str, Any]]]:
     """templates.yaml: key -> variants ({text, at, ...})."""
     return yaml.safe_load(TEMPLATES.read_text(encoding="utf-8"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _variants(version: str) -> dict[str, dict[str, Any]]:
     return {key: variant for key, variants in templates().items() for variant in variants
             if version in _variant_versions(variant)}
@@ -101,16 +101,14 @@ class Logger:
         self.stream.write(self.prefix() + message + "\n")
         self.stream.flush()
 
-    def flashinfer(self, key: str, level: str = "INFO") -> None:
-        """A FlashInfer logger line: its own handler's format (no SGLang prefix), naming the file
-        and line the version's FlashInfer logs it from."""
-        where = str(_variants(self.version)[key]["at"].get(next(iter(_variants(self.version)[key]["at"]))))
-        path, line = where.rsplit(":", 1)
+    def flashinfer(self, key: str) -> None:
+        """A FlashInfer INFO line: its own handler's format (no SGLang prefix, logging's asctime
+        with milliseconds), naming the file and line the version's FlashInfer logs it from."""
+        path, line = str(next(iter(_variants(self.version)[key]["at"].values()))).rsplit(":", 1)
         now = time.time()
         asctime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
         self.stream.write(self.words["flashinfer_format"].format(
-            asctime=asctime, level=level, file=path.rsplit("/", 1)[-1], line=line.split("+")[0],
-            message=self.words[key]) + "\n")
+            asctime=asctime, level="INFO", file=path.rsplit("/", 1)[-1], line=line, message=self.words[key]) + "\n")
         self.stream.flush()
 
     def say(self, key: str, **values: object) -> None:

@@ -15,7 +15,7 @@ import ast
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / ".whl" / "src"
@@ -43,7 +43,7 @@ class Location:
     lines: tuple[int, ...]
 
     @classmethod
-    def parse(cls, text: str) -> "Location":
+    def parse(cls, text: str) -> Location:
         head, path, lines = text.rsplit(":", 2)
         if head in SGLANG_VERSIONS:
             head, path = f"sglang-{head}", f"sglang/srt/{path}"
@@ -61,12 +61,12 @@ class Location:
         return f"{self.dist}:{self.path}:{'+'.join(map(str, self.lines))}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tree(file: Path) -> ast.Module:
     return ast.parse(file.read_text(encoding="utf-8"), str(file))
 
 
-@lru_cache(maxsize=None)
+@cache
 def source_lines(file: Path) -> tuple[str, ...]:
     return tuple(file.read_text(encoding="utf-8").splitlines())
 
@@ -84,10 +84,9 @@ def string_at(loc: Location, line: int) -> ast.expr:
         raise AssertionError(f"{loc}: no such file in the wheel")
     best: ast.expr | None = None
     for node in ast.walk(_tree(loc.file)):
-        if _is_string(node):
-            if node.lineno <= line <= (node.end_lineno or node.lineno):
-                if best is None or (node.end_lineno or 0) - node.lineno > (best.end_lineno or 0) - best.lineno:
-                    best = node
+        spans = _is_string(node) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        if spans and (best is None or (node.end_lineno or 0) - node.lineno > (best.end_lineno or 0) - best.lineno):
+            best = node
     if best is None:
         raise AssertionError(f"{loc}: no string literal on line {line}")
     return best
@@ -174,7 +173,8 @@ def render(loc: Location, samples: Mapping[str, object]) -> str:
         name = expression(piece)
         spec = ast.unparse(piece.format_spec)[2:-1] if isinstance(piece, ast.FormattedValue) \
             and piece.format_spec is not None else ""
-        value = samples.get(name, 1.0 if spec[-1:] in tuple("fFeEgG%") or piece in ("%f", "%.2f") else "x")
+        conversion = spec[-1:] if isinstance(piece, ast.FormattedValue) else piece[-1:] if isinstance(piece, str) else ""
+        value = samples.get(name, 1.0 if conversion and conversion in "fFeEgG%" else 1 if conversion == "d" else "x")
         if isinstance(piece, ast.FormattedValue):
             if piece.conversion == ord("r"):
                 value = repr(value)
@@ -191,7 +191,7 @@ def function_at(loc: Location) -> str | None:
     best: ast.AST | None = None
     for node in ast.walk(_tree(loc.file)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and node.lineno <= loc.line <= (node.end_lineno or node.lineno):
-            if best is None or node.lineno > best.lineno:
-                best = node
+                and node.lineno <= loc.line <= (node.end_lineno or node.lineno) \
+                and (best is None or node.lineno > best.lineno):
+            best = node
     return best.name if best is not None else None

@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.emulator.conftest import client, small_landscape, start  # noqa: F401  (fixtures)
-
 # setup.sh --test installs sglang 0.5.23 (and openai, which its protocol module imports)
-from sglang.srt.entrypoints.openai import protocol as real  # noqa: E402
-from sglang.srt.entrypoints.openai import sse_utils  # noqa: E402
+from sglang.srt.entrypoints.openai import protocol as real
+from sglang.srt.entrypoints.openai import sse_utils
+
+from tests.emulator.conftest import client, small_landscape, start  # noqa: F401  (fixtures)
 
 
 def _events(body: str) -> list[str]:

@@ -13,7 +13,14 @@ import yaml
 
 from search.emulator import logs
 from search.logwatch import LogClassifier
-from tests.fidelity.realsource import DISTS, SGLANG_VERSIONS, Location, function_at, render, source_lines
+from tests.fidelity.realsource import (
+    DISTS,
+    SGLANG_VERSIONS,
+    Location,
+    function_at,
+    render,
+    source_lines,
+)
 
 PREFIX = "[2026-03-01 09:00:00 TP0] "
 # The SGLang versions that pin each FlashInfer (the wheels' Requires-Dist; 0.5.8.post1 pins
