@@ -54,3 +54,31 @@ def test_no_version_has_two_variants_of_a_key() -> None:
     for key, variants in logs.templates().items():
         claimed = [v for variant in variants for v in logs._variant_versions(variant)]
         assert len(claimed) == len(set(claimed)), f"{key}: a version claimed twice: {claimed}"
+
+
+SEED_FAILURES = (  # flags that make the built-in landscape fail, one per kind of text
+    ["--enable-flashinfer-allreduce-fusion"], ["--mem-fraction-static", "0.95"], ["--mem-fraction-static", "0.3"],
+    ["--moe-runner-backend", "flashinfer_trtllm"], ["--moe-runner-backend", "flashinfer_mxfp4"],
+    ["--moe-runner-backend", "flashinfer_cutlass", "--fp8-gemm-backend", "flashinfer_trtllm"],
+)
+
+
+@pytest.mark.parametrize("version", logs.VERSIONS)
+def test_builtin_landscape_fails_with_the_versions_real_texts(version: str) -> None:
+    """Each of these failure texts of the seed landscape is one the version raises, at its file
+    and line (PyTorch's OOM message, which no wheel holds, appears only as the `{e}` inside
+    SGLang's graph-capture failure)."""
+    from search.emulator.landscape import Landscape
+    from search.emulator.launch import parse_flags
+
+    landscape = Landscape.load(None)
+    raised = [v for variants in logs.templates().values() for v in variants
+              if v.get("raise") and version in logs._variant_versions(v)]
+    for args in SEED_FAILURES:
+        outcome = landscape.startup(parse_flags(version, ["--model-path", "m", "--tp", "4", *args]), {})
+        assert outcome is not None and "error" in outcome, args
+        error = outcome["error"]
+        matches = [v for v in raised for loc in _locations(v)
+                   if error.startswith(f"{v['raise']}: ")
+                   and pattern(loc, v.get("fixed")).fullmatch(error.removeprefix(f"{v['raise']}: "))]
+        assert matches, f"{version} {args}: {error!r} is no text this version raises"
