@@ -118,3 +118,15 @@ def test_loading_bars_report_progress(version: str) -> None:
                                  remaining="00:08", rate_fmt="4.50it/s")
         classifier = _classify(version, line)
         assert (classifier.phase, classifier.progress) == ("loading", 54.0), f"{loc}: {line!r}"
+
+
+ADVICE_SOURCES = ("0.5.9:model_executor/cuda_graph_runner.py:936",
+                  "0.5.23:model_executor/runner_backend_utils/__init__.py:15")
+
+
+def test_usual_advice_is_sglangs_own_lines() -> None:
+    """signatures/advice.yaml: every line is a line of a version's graph-capture advice."""
+    real = {line for at in ADVICE_SOURCES for line in render(Location.parse(at), {}).splitlines()}
+    for kind, text in _yaml("advice.yaml").items():
+        for line in text.splitlines():
+            assert line in real, f"advice for {kind}: {line!r} is no line SGLang prints"
