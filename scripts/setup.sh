@@ -15,6 +15,24 @@ if [ "${1:-}" = "--test" ]; then
       tqdm ipython aiohttp msgspec orjson pybase64 psutil requests packaging
     "$PY" -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.23
   fi
+  # sglang's OpenAI protocol models (tests/fidelity/test_http.py re-serializes the emulator's
+  # chunks with them) import the openai package.
+  "$PY" -c 'import openai' 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check openai
+  # The real wheels the fidelity tests (tests/fidelity) check every log text against, without
+  # dependencies, unpacked once into the git-ignored .whl/src/<dist>-<version>/.
+  for spec in sglang==0.5.8.post1 sglang==0.5.9 sglang==0.5.23 flashinfer-python==0.6.3 flashinfer-python==0.7.2; do
+    name=${spec%%==*}; name=${name//-/_}; version=${spec##*==}
+    dest=.whl/src/$name-$version
+    [ -f "$dest/.unpacked" ] && continue
+    wheel=$(ls .whl/$name-$version-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$wheel" ]; then
+      "$PY" -m pip download -q --disable-pip-version-check --no-deps "$spec" -d .whl
+      wheel=$(ls .whl/$name-$version-*.whl | head -1)
+    fi
+    rm -rf "$dest" && mkdir -p "$dest"
+    "$PY" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.endswith(".py")])' "$wheel" "$dest"
+    touch "$dest/.unpacked"
+  done
   # HEBO, a peer in the search benchmark (scripts/bench_peers.py): its metadata pins numpy<1.25
   # and pymoo 0.6.0, yet it runs on today's, so it goes in without its pins, then its needs.
   if ! "$PY" -c 'from hebo.optimizers.hebo import HEBO' 2>/dev/null; then

@@ -146,10 +146,12 @@ def load_signatures(version: str | None = None) -> Signatures:
         )
     phase_patterns: dict[str, list[str]] = {}
     for data in [common, *chosen]:
-        for phase, patterns in (data.get("phases") or {}).items():
+        for phase, entries in (data.get("phases") or {}).items():
             if phase not in _PHASE_INDEX:
                 raise BadInput(f"signature file names unknown phase {phase!r}: use one of {PHASES}")
-            phase_patterns.setdefault(phase, []).extend(patterns)
+            phase_patterns.setdefault(phase, []).extend(entry["pattern"] for entry in entries)
+    frame_patterns = {phase: [entry["pattern"] for entry in entries]
+                      for phase, entries in (common.get("frames") or {}).items()}
     failures = []
     for spec in common.get("failures", []):
         if spec["kind"] not in FAILURES:
@@ -161,11 +163,11 @@ def load_signatures(version: str | None = None) -> Signatures:
     phases = tuple(
         (phase, _alternation(pats)) for phase, pats in sorted(phase_patterns.items(), key=lambda kv: -_PHASE_INDEX[kv[0]])
     )
-    frames = tuple((phase, _alternation(pats)) for phase, pats in (common.get("frames") or {}).items())
+    frames = tuple((phase, _alternation(pats)) for phase, pats in frame_patterns.items())
     every = (
         [p.pattern for p in progress]
         + [p for pats in phase_patterns.values() for p in pats]
-        + [p for pats in (common.get("frames") or {}).values() for p in pats]
+        + [p for pats in frame_patterns.values() for p in pats]
         + [common["traceback"], common["exception"], common["frame"]]
         + [f.regex.pattern for f in failures]
     )
@@ -333,10 +335,13 @@ class LogClassifier:
             self._frame_head = self._head(raw)
         if sig.traceback.search(msg):
             self._frame_phase = None
-        elif self._frame_phase is None:
-            # The outermost frame that names a phase is the startup step that failed.
-            self._frame_phase = next((phase for phase, pattern in sig.frames if pattern.search(msg)), None)
-            self._relocate(now, events)
+        else:
+            # The innermost frame that names a phase is the startup step that failed: 0.5.23
+            # autotunes inside init_cuda_graphs, so an autotune frame under it decides.
+            named = next((phase for phase, pattern in sig.frames if pattern.search(msg)), None)
+            if named is not None:
+                self._frame_phase = named
+                self._relocate(now, events)
         self._failure(raw, msg, now, events)
 
     def _head(self, raw: str) -> str:

@@ -26,7 +26,7 @@ from search.emulator.logs import Logger
 
 # The built-in model: GLM-5-NVFP4 as the seed ran it.
 MODEL = {"shards": 83, "arch": "GlmMoeDsaForCausalLM", "weights_gib_total": 215.0, "context_len": 202752,
-         "kv_mib_per_token": 1 / 16}
+         "kv_mib_per_token": 1 / 16, "quantization": "modelopt_fp4"}
 GPU_GIB = TOTAL_MIB / 1024
 # SGLang 0.5.8/0.5.9 autotune only these MoE runners; 0.5.23 added the rest.
 _AUTOTUNE_0_5_9 = {"flashinfer_trtllm", "flashinfer_mxfp4"}
@@ -34,11 +34,29 @@ _AUTOTUNE_0_5_23 = _AUTOTUNE_0_5_9 | {"flashinfer_trtllm_routed", "flashinfer_cu
                                       "flashinfer_megamoe"}
 # SGLang's default decode capture sizes, cut at --cuda-graph-max-bs (default 256 here).
 _CAPTURE_BS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+# Prefill token counts 0.5.23 captures, cut at --chunked-prefill-size (the real list is
+# prefill_config.bs, resolved from the model; these are the emulator's stand-in).
+_PREFILL_CAPTURE_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 # Environment variables SGLang renames at import (environ.py `_convert_SGL_to_SGLANG`): the old
 # name's value is copied verbatim (not negated) onto the new one, in the versions that do it.
 _RENAMED_ENV = {"0.5.8.post1": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"},
                 "0.5.9": {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"}}
-_ENV_FALSE = ("false", "0", "no", "n")  # EnvBool; any other value keeps the default
+# environ.py EnvBool (0.5.23: line 145): these words, any case; any other value keeps the default.
+_ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
+# 0.5.23 also autotunes the FP4 GEMM of a modelopt_fp4 model (flashinfer_autotune.py:135); its
+# `auto` backend is flashinfer_cutlass on the emulated SM120 GPUs (fp4_utils.py:154).
+_FP4_QUANTIZATIONS = ("modelopt_fp4", "modelopt_mixed")
+_FP4_AUTOTUNED_GEMMS = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")
+
+
+def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
+    value = env.get(name, "").lower()
+    return True if value in _ENV_TRUE else False if value in _ENV_FALSE else default
+
+
+def fp4_gemm_autotunes(flags: dict[str, Any]) -> bool:
+    quantization = flags.get("quantization") or MODEL["quantization"]
+    return quantization in _FP4_QUANTIZATIONS and flags.get("fp4_gemm_runner_backend") in _FP4_AUTOTUNED_GEMMS
 
 
 def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
@@ -68,7 +86,7 @@ def balance_check(version: str, env: dict[str, str]) -> bool:
     for old, new in _RENAMED_ENV.get(version, {}).items():
         if old in env:
             env[new] = env[old]
-    return env.get("SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", "").lower() not in _ENV_FALSE
+    return env_bool(env, "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK", True)
 
 
 def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landscape: Landscape) -> dict[str, Any]:
@@ -84,8 +102,9 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
     if explicit_autotune is not None:
         autotune = explicit_autotune > 0
     else:
-        tuned = _AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9
-        autotune = flags.get("moe_runner_backend") in tuned and not flags.get("disable_flashinfer_autotune")
+        autotune = not flags.get("disable_flashinfer_autotune") and (
+            flags.get("moe_runner_backend") in (_AUTOTUNE_0_5_23 if settings.version == "0.5.23" else _AUTOTUNE_0_5_9)
+            or (settings.version == "0.5.23" and fp4_gemm_autotunes(flags)))
     if outcome and outcome["phase"] == "autotune":
         autotune = True  # a crash or hang there means it ran
     tp = tp_size(flags)
@@ -99,12 +118,15 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
                                                if b <= (cuda_graphs.decode_max_bs(flags) or 256)]
     return {
         "version": settings.version, "state_dir": str(settings.state_dir), "host_gpus": settings.gpus,
-        "log_ms": env.get("SGLANG_LOG_MS", "0") not in ("", "0", "false", "False"),
+        "log_ms": env_bool(env, "SGLANG_LOG_MS", False),
         "seconds": {k: v * settings.time_scale for k, v in seconds.items()},
         "failure": outcome if outcome and not outcome.get("hang") else None,
         "hang": outcome["phase"] if outcome and outcome.get("hang") else None,
         "tp": tp, "failing_ranks": failing_ranks(outcome, flags, tp), "autotune": autotune, "cuda_graph": graphs,
         "graph_backend": cuda_graphs.backend(flags, "decode"), "prefill_graph": cuda_graphs.on(flags, "prefill"),
+        "prefill_graph_backend": cuda_graphs.backend(flags, "prefill"),
+        "prefill_graph_tokens": [n for n in _PREFILL_CAPTURE_TOKENS if n <= int(flags.get("chunked_prefill_size") or 8192)],
+        "quantization": flags.get("quantization") or MODEL["quantization"],
         "balance_check": balance_check(settings.version, env), "base_gpu_id": int(flags.get("base_gpu_id") or 0),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,

@@ -1,127 +1,61 @@
 """SGLang's log lines: the `[time TPn]` prefix and each version's wording.
 
-Wording is data (WORDING below, from ../../shared/reference/sglang.md section 2): 0.5.8.post1 and
-0.5.9 share a family with two small differences, 0.5.23 is reworded in places.
+Wording is data: templates.yaml next to this file holds every text with the real source file and
+line of each version that prints it (tests/fidelity checks them against the real wheels).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from functools import cache
+from pathlib import Path
+from typing import Any, TextIO
 
-_COMMON = {
-    "dist_begin": "Init torch distributed begin.",
-    "load_begin": "Load weight begin. avail mem={avail:.2f} GB",
-    # tqdm bar formats (srt/utils/common.py BAR_FORMAT; tqdm's default for graph capture).
-    "shards_bar": "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]\n",
-    "shards_desc": "Loading safetensors checkpoint shards",
-    "graph_bar": "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]",
-    "graph_desc": "Capturing batches (bs={bs} avail_mem={avail:.2f} GB)",
-    "kv_dtype": "Using KV cache dtype: torch.bfloat16",
-    "kv_alloc": "KV Cache is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB",
-    "pool_end": "Memory pool end. avail mem={avail:.2f} GB",
-    "autotune_end": "FlashInfer autotune completed.",
-    "tuner_start": "flashinfer.jit: [Autotuner]: Autotuning process starts ...",
-    "tuner_end": "flashinfer.jit: [Autotuner]: Autotuning process ends",
-    "graph_bs": "Capture cuda graph bs {bs}",
-    "graph_end": "Capture cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB.",
-    "max_tokens": "max_total_num_tokens={tokens}, chunked_prefill_size={chunked}, max_prefill_tokens={prefill}, max_running_requests={mrr}, context_len={ctx}, available_gpu_mem={avail:.2f} GB",
-    "exception": "Scheduler hit an exception: {traceback}",
-    # The launch-phase SIGQUIT handler (engine.py); once the tokenizer manager's loop runs (from
-    # the warmup request on) loop.add_signal_handler's handler takes over, called without args.
-    "sigquit": "Received sigquit from a child process. It usually means the child failed.",
-    "sigquit_running": "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
-    "watchdog": "Scheduler watchdog timeout (self.watchdog_timeout={timeout}, self.soft=False)",
-    "ready": "The server is fired up and ready to roll!",
-    # http_server.py _execute_server_warmup: /model_info never answered in its 120 tries.
-    "warmup_failed": "Initialization failed. warmup error: {traceback}",
-    "nan": "Detected errors during sampling! NaN in the logits.",
-}
-_FAMILY_0_5_9 = {
-    **_COMMON,
-    "dist_end": "Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB",
-    "load_end": "Load weight end. elapsed={elapsed:.2f} s, type={arch}, dtype=torch.bfloat16, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
-    "autotune_begin": "Running FlashInfer autotune...",
-    "graph_begin": "Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
-    "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, input throughput (token/s): {rate:.2f}, cuda graph: {prefill_graph}",
-    "decode": "Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, gen throughput (token/s): {rate:.2f}, #queue-req: {queued}",
-    # model_runner.py init_torch_distributed (a RuntimeError, or a warning when the check is off).
-    "unbalanced": "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. min_per_gpu_memory={least!r}, local_gpu_memory={local!r}, local_gpu_memory * 0.9={local90!r}",
-    # A rank dead before it reported ready (engine.py _wait_for_scheduler_ready); then EOFError.
-    "init_dead": "Rank {rank} scheduler is dead. Please check if there are relevant logs.",
-    "init_dead_code": "Exit code: {code}",
-}
-WORDING = {
-    "0.5.8.post1": {
-        **_FAMILY_0_5_9,
-        "dist_end": "Init torch distributed ends. mem usage={usage:.2f} GB",
-        "load_end": "Load weight end. type={arch}, dtype=torch.bfloat16, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
-        # scheduler_metrics_mixin.py: both lines end in "#queue-req: N, "; 0.5.9 appended to them.
-        "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, ",
-        "decode": "Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, cuda graph: {graph}, gen throughput (token/s): {rate:.2f}, #queue-req: {queued}, ",
-    },
-    "0.5.9": _FAMILY_0_5_9,
-    "0.5.23": {
-        **_FAMILY_0_5_9,
-        "load_end": "Load weight end. elapsed={elapsed:.2f} s, type={arch}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
-        "autotune_begin": "Running FlashInfer autotune with cache: {cache}",
-        "graph_begin": "Capture {role} decode cuda graph begin. backend={backend}, num_tokens_per_req=1, avail mem={avail:.2f} GB",
-        # cuda_graph_setup.py: the batch sizes move into the end line; no separate "bs" line.
-        "graph_bs": None,
-        "graph_end": "Capture {role} decode cuda graph end. bs={bs}, elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
-        # The subprocess watchdog notices a dead rank within a second and SIGQUITs the main process.
-        "child_crashed": "Subprocess scheduler_{rank} (pid={pid}) crashed with exit code {code}. Triggering SIGQUIT for cleanup...",
-        "init_dead": None,
-        "init_dead_code": None,
-        "init_died": "Rank {rank} scheduler died during initialization (exit code: {code}). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
-        "prefill": "Prefill batch, #new-seq: {seqs}, #new-token: {new}, #cached-token: 0, token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, #pending-token: 0, cuda graph: {prefill_graph}, input throughput (token/s): {rate:.2f}",
-        # distributed/bootstrap.py _check_tp_memory_balance.
-        "unbalanced": "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. pre_model_load_memory={least!r}, local_gpu_memory={local!r}, local_gpu_memory * 0.9={local90!r}",
-        # BAR_FORMAT lost its trailing newline: redraws share one line until the bar closes.
-        "shards_bar": "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]",
-    },
-}
+import yaml
+
+VERSIONS = ("0.5.8.post1", "0.5.9", "0.5.23")
+TEMPLATES = Path(__file__).with_name("templates.yaml")
+
+
+def _variant_versions(variant: dict[str, Any]) -> list[str]:
+    """The SGLang versions a variant serves: those its `at` names, and its `versions`."""
+    return [str(v) for v in variant.get("at", {}) if str(v) in VERSIONS] + [str(v) for v in variant.get("versions", ())]
+
+
+@cache
+def templates() -> dict[str, list[dict[str, Any]]]:
+    """templates.yaml: key -> variants ({text, at, ...})."""
+    return yaml.safe_load(TEMPLATES.read_text(encoding="utf-8"))
+
+
+@cache
+def _variants(version: str) -> dict[str, dict[str, Any]]:
+    return {key: variant for key, variants in templates().items() for variant in variants
+            if version in _variant_versions(variant)}
+
+
+def _wording(version: str) -> dict[str, str]:
+    """key -> the text as printed: "<raise>: <text>" for a text raised as an exception."""
+    return {key: (f"{v['raise']}: {v['text']}" if v.get("raise") else v["text"]) for key, v in _variants(version).items()}
+
+
+WORDING = {version: _wording(version) for version in VERSIONS}
+
+
+def failure_text(flags: dict[str, Any], key: str, *, raised: bool = True, **values: object) -> str:
+    """A failure text as the SGLang version of `flags` words it, "<Exception>: " first unless not
+    `raised` (the message inside another one). For landscapes, which see flags, not the version:
+    only 0.5.23 has `cuda_graph_backend_decode`; 0.5.8.post1's failure texts are 0.5.9's."""
+    variant = _variants("0.5.23" if "cuda_graph_backend_decode" in flags else "0.5.9")[key]
+    text = variant["text"].format(**values)
+    return f"{variant['raise']}: {text}" if raised and variant.get("raise") else text
 
 
 _SITE = "/usr/local/lib/python3.12/dist-packages"
-_HEAD = [("managers/scheduler.py", 3046, "run_scheduler_process", "scheduler = Scheduler("),
-         ("managers/scheduler.py", 383, "__init__", "self.tp_worker = TpModelWorker("),
-         ("managers/tp_worker.py", 254, "__init__", "self.model_runner = ModelRunner(")]
-# Innermost frames per failing phase; the function names are the ones real tracebacks show.
-_FRAMES = {
-    "loading": _HEAD + [("model_executor/model_runner.py", 396, "initialize", "self.load_model()"),
-                        ("model_executor/model_runner.py", 802, "load_model", "self.model = get_model("),
-                        ("model_loader/loader.py", 634, "load_weights", "model.load_weights(weights)")],
-    "kv_cache": _HEAD + [("model_executor/model_runner.py", 437, "initialize", "self.init_memory_pool("),
-                         ("model_executor/model_runner.py", 1736, "init_memory_pool", "self.max_total_num_tokens = self.profile_max_num_token(total_gpu_memory)"),
-                         ("model_executor/model_runner.py", 1498, "profile_max_num_token", "raise RuntimeError(")],
-    "autotune": _HEAD + [("model_executor/model_runner.py", 460, "initialize", "self.kernel_warmup()"),
-                         ("model_executor/model_runner.py", 1953, "kernel_warmup", "self._flashinfer_autotune()"),
-                         ("model_executor/model_runner.py", 1981, "_flashinfer_autotune", "self._dummy_run(batch_size=self.req_to_token_pool.size)")],
-    "cuda_graph": _HEAD + [("model_executor/model_runner.py", 466, "initialize", "self.init_device_graphs()"),
-                           ("model_executor/model_runner.py", 2231, "init_device_graphs", "self.graph_runner = CudaGraphRunner(self)"),
-                           ("model_executor/cuda_graph_runner.py", 381, "__init__", "raise Exception(")],
-    "warmup": [("managers/scheduler.py", 3061, "run_scheduler_process", "scheduler.event_loop_overlap()"),
-               ("managers/scheduler.py", 1005, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
-               ("managers/scheduler.py", 2093, "run_batch", "logits_output, next_token_ids = self.tp_worker.forward_batch_generation("),
-               ("model_executor/model_runner.py", 2412, "forward", "return self._forward_raw(")],
-    # Not a scheduler's: the main process's warmup thread polling /model_info (http_server.py).
-    "warmup_poll": [("entrypoints/http_server.py", 2373, "_execute_server_warmup", "res = requests.get(")],
-    "starting": [("managers/scheduler.py", 3046, "run_scheduler_process", "scheduler = Scheduler("),
-                 ("model_executor/model_runner.py", 352, "__init__", "min_per_gpu_memory = self.init_torch_distributed()"),
-                 ("model_executor/model_runner.py", 661, "init_torch_distributed", "raise RuntimeError(")],
-}
-# The memory-balance check: in init_torch_distributed up to 0.5.9, moved to bootstrap.py in 0.5.23.
-_UNBALANCED = {
-    "0.5.9": [*_FRAMES["starting"][:2],
-              ("model_executor/model_runner.py", 844, "init_torch_distributed", "raise RuntimeError(msg)")],
-    "0.5.23": [*_FRAMES["starting"][:1],
-               ("model_executor/model_runner.py", 1262, "init_torch_distributed",
-                "self.pre_model_load_memory = bootstrap.measure_pre_model_load_memory("),
-               ("distributed/bootstrap.py", 215, "measure_pre_model_load_memory", "_check_tp_memory_balance("),
-               ("distributed/bootstrap.py", 450, "_check_tp_memory_balance", "raise RuntimeError(msg)")],
-}
+# Traceback frames per version and failing step (frames.yaml: the real call chains).
+FRAMES: dict[str, dict[str, list[list[Any]]]] = yaml.safe_load(
+    Path(__file__).with_name("frames.yaml").read_text(encoding="utf-8"))
 # tqdm's bar for a file without a known width: 10 cells of Unicode eighths.
 _BAR_CELLS = 10
 _BAR_CHARS = " \u258f\u258e\u258d\u258c\u258b\u258a\u2589\u2588"
@@ -149,8 +83,9 @@ class Logger:
 
     def __init__(self, version: str, rank: int | None, ms: bool, stream: TextIO = sys.stderr) -> None:
         family = _family(version)
+        self.version = family
         self.words = WORDING[family]
-        self.frames = {**_FRAMES, "unbalanced": _UNBALANCED["0.5.23" if family == "0.5.23" else "0.5.9"]}
+        self.frames = FRAMES[family]
         self.tag = f" TP{rank}" if rank is not None else ""
         self.ms = ms
         self.stream = stream
@@ -164,6 +99,16 @@ class Logger:
 
     def raw(self, message: str) -> None:
         self.stream.write(self.prefix() + message + "\n")
+        self.stream.flush()
+
+    def flashinfer(self, key: str) -> None:
+        """A FlashInfer INFO line: its own handler's format (no SGLang prefix, logging's asctime
+        with milliseconds), naming the file and line the version's FlashInfer logs it from."""
+        path, line = str(next(iter(_variants(self.version)[key]["at"].values()))).rsplit(":", 1)
+        now = time.time()
+        asctime = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+        self.stream.write(self.words["flashinfer_format"].format(
+            asctime=asctime, level="INFO", file=path.rsplit("/", 1)[-1], line=line, message=self.words[key]) + "\n")
         self.stream.flush()
 
     def say(self, key: str, **values: object) -> None:

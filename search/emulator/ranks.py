@@ -27,6 +27,8 @@ GIB_MIB = 1024
 # Power and utilization rise with the load served (the seed saw ~250 W of 600 W at 880-3,740 tok/s).
 _POWER_SPAN_W = 200.0
 _POWER_HALF_RATE = 500.0
+# 0.5.23's prefill capture, as a part of the (decode) graph-capture time it comes on top of.
+_PREFILL_GRAPH_SHARE = 0.3
 
 
 class Rank:
@@ -56,12 +58,21 @@ class Rank:
         self.publish(0, 0.0)
         self.sleep(self.seconds["starting"])
         self.rendezvous()
-        self.check_memory_balance()
+        # Up to 0.5.9 the balance check is part of init_torch_distributed; 0.5.23 checks after
+        # "Init parallel ends" and its "Memory baseline taken" (distributed/bootstrap.py).
+        check_late = "baseline" in self.log.words
+        if not check_late:
+            self.check_memory_balance()
         self.log.say("dist_end", elapsed=self.seconds["starting"], usage=0.59)
+        self.log.say("baseline", usage=0.59)
+        if check_late:
+            self.check_memory_balance()
         self.loading()
         self.kv_cache()
         if self.plan["autotune"]:
             self.autotune()
+        if self.plan["prefill_graph"] and "prefill_graph_begin" in self.log.words:
+            self.prefill_graph()
         if self.plan["cuda_graph"]:
             self.cuda_graph()
         if self.rank == 0:
@@ -144,8 +155,8 @@ class Rank:
             bar.close()
         self.used_mib = int(self.plan["weights_gib"] * GIB_MIB)
         self.publish(0, 0.0)
-        self.log.say("load_end", elapsed=seconds, arch=self.plan["arch"], avail=self.avail(),
-                     usage=self.plan["weights_gib"])
+        self.log.say("load_end", elapsed=seconds, arch=self.plan["arch"], quant=self.plan["quantization"],
+                     avail=self.avail(), usage=self.plan["weights_gib"])
 
     def shard_oom(self, shard_gib: float, loaded: int) -> str:
         """PyTorch's CUDA OOM text for the shard after `loaded` ones, on a GPU the occupant fills."""
@@ -172,18 +183,37 @@ class Rank:
 
     def autotune(self) -> None:
         self.log.say("autotune_begin", cache=self.plan["autotune_cache"])
-        self.log.raw(self.log.words["tuner_start"])
+        self.log.flashinfer("tuner_start")
         self.enter("autotune")
         self.sleep(self.seconds["autotune"] / 2)
         self.fail("autotune")
         self.sleep(self.seconds["autotune"] / 2)
-        self.log.raw(self.log.words["tuner_end"])
+        self.log.flashinfer("tuner_end")
         self.log.say("autotune_end")
+
+    def prefill_graph(self) -> None:
+        """0.5.23's prefill capture (backend breakable by default), before decode's."""
+        sizes, seconds = self.plan["prefill_graph_tokens"], self.seconds["cuda_graph"] * _PREFILL_GRAPH_SHARE
+        self.log.say("prefill_graph_begin", backend=self.plan["prefill_graph_backend"], num_tokens=sizes,
+                     avail=self.avail())
+        self.enter("cuda_graph")
+        bar = self.log.bar("graph_bar", len(sizes), seconds) if self.rank == 0 else None
+        for size in reversed(sizes):
+            if bar:
+                bar.set_description(self.log.words["prefill_graph_desc"].format(num_tokens=size, avail=self.avail()))
+            self.sleep(seconds / len(sizes))
+            if bar:
+                bar.update()
+        if bar:
+            bar.close()
+        self.used_mib += GIB_MIB // 2
+        self.publish(0, 0.0)
+        self.log.say("prefill_graph_end", elapsed=seconds, usage=0.5, avail=self.avail())
 
     def cuda_graph(self) -> None:
         """Capture from the largest batch down; a capture failure strikes at the first (largest)."""
         bs, seconds = self.plan["graph_bs"], self.seconds["cuda_graph"]
-        self.log.say("graph_begin", avail=self.avail(), role="target", backend=self.plan["graph_backend"])
+        self.log.say("graph_begin", avail=self.avail(), backend=self.plan["graph_backend"])
         if self.rank == 0:
             self.log.say("graph_bs", bs=bs)
         self.enter("cuda_graph")
@@ -200,7 +230,7 @@ class Rank:
             bar.close()
         self.used_mib += 3 * GIB_MIB
         self.publish(0, 0.0)
-        self.log.say("graph_end", elapsed=seconds, usage=3.0, avail=self.avail(), role="target", bs=bs)
+        self.log.say("graph_end", elapsed=seconds, usage=3.0, avail=self.avail(), bs=bs)
 
     # --- serving ------------------------------------------------------------------------
     def serve(self) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
+import sys
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -42,6 +42,8 @@ class Emulator:
                  settings: Settings, log: Logger) -> None:
         self.flags, self.env, self.plan, self.log = flags, env, plan, log
         self.ready = False
+        self.started = time.time()
+        self.launch_command = sys.argv[1:]  # server_args.py:717: the argv prepare_server_args was given
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
         self.rank0 = Logger(settings.version, 0 if plan["tp"] > 1 else None, plan["log_ms"])
         graph, prefill_graph = str(plan["cuda_graph"]), str(plan["prefill_graph"])
@@ -143,8 +145,13 @@ def _messages(value: Any) -> tuple[str, int]:
     return joined, sum(tokens.count(text) + 4 for text in texts) + 3
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _usage(prompt: int, completion: int, *, exclude_none: bool = False) -> dict[str, int | None]:
+    """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221) as pydantic dumps it; the stream's
+    usage chunk drops the null fields (exclude_none)."""
+    usage: dict[str, int | None] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                    "completion_tokens": completion, "prompt_tokens_details": None,
+                                    "reasoning_tokens": 0, "completion_tokens_details": None}
+    return {k: v for k, v in usage.items() if v is not None} if exclude_none else usage
 
 
 def build_app(emu: Emulator) -> FastAPI:
@@ -167,24 +174,45 @@ def build_app(emu: Emulator) -> FastAPI:
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health_generate", health, methods=["GET"])
 
-    @app.get("/model_info")
+    async def ready() -> Response:  # /ready and /ping: 200 once the warmup request went through
+        return Response(status_code=200 if emu.ready else 503)
+
+    app.add_api_route("/ready", ready, methods=["GET"])
+    app.add_api_route("/ping", ready, methods=["GET"])
+
     async def model_info() -> dict[str, Any]:
-        return {"model_path": emu.flags.get("model_path"), "tokenizer_path": emu.flags.get("tokenizer_path")
-                or emu.flags.get("model_path"), "is_generation": True, "preferred_sampling_params": None,
-                "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
+        """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias)."""
+        return {"model_path": emu.flags.get("model_path"), "served_model_name": emu.model,
+                "tokenizer_path": emu.flags.get("tokenizer_path") or emu.flags.get("model_path"),
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "load_format": emu.flags.get("load_format"), "reasoning_parser": emu.flags.get("reasoning_parser"),
+                "tool_call_parser": emu.flags.get("tool_call_parser"),
+                "disaggregation_mode": emu.flags.get("disaggregation_mode"), "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
+
+    app.add_api_route("/model_info", model_info, methods=["GET"])
+    app.add_api_route("/get_model_info", model_info, methods=["GET"])
 
     async def server_info() -> dict[str, Any]:
+        """0.5.23 http_server.py:864 server_info: the resolved flags, the launch command, the
+        scheduler's ready handshake (scheduler.py:1943), the internal states per DP rank."""
         s = emu.scheduler
-        return {**{k: v for k, v in emu.flags.items()}, "max_total_num_tokens": emu.plan["kv_tokens"],
+        return {**emu.flags, "launch_command": emu.launch_command, "status": "ready",
+                "max_total_num_tokens": emu.plan["kv_tokens"],
+                "max_req_input_len": min(emu.plan["context_len"], emu.plan["kv_tokens"]) - 1,
+                "startup_time": emu.started, "kv_events": None,
                 "internal_states": [{"last_gen_throughput": s.stats.last_gen_throughput,
                                      "memory_usage": {"weight": emu.plan["weights_gib"],
                                                       "kvcache": emu.plan["pool_gib"] - emu.plan["weights_gib"]},
                                      "effective_max_running_requests_per_dp": s.cap}],
-                "version": emu.plan["version"]}
+                "version": emu.plan["version"], "frontend": "python"}
 
     app.add_api_route("/server_info", server_info, methods=["GET"])
     app.add_api_route("/get_server_info", server_info, methods=["GET"])
+
+    @app.api_route("/freeze_gc", methods=["GET", "POST"])
+    async def freeze_gc() -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
+        return Response(content="Garbage collection frozen.\n", status_code=200)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -281,33 +309,50 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
             choice.update(text=text, logprobs=None)
         return JSONResponse({"id": rid, "object": obj, "created": created, "model": json.loads(model),
                              "choices": [choice], "usage": _usage(n_prompt, req.emitted)})
+    # The chunks as 0.5.23 serializes them (entrypoints/openai/): text chunks are pydantic models
+    # (protocol.py CompletionStreamResponse / ChatCompletionStreamResponse: "usage": null unless
+    # continuous_usage_stats); chat's role and finish chunks are sse_utils.py's msgspec structs
+    # (no "usage" key; a delta of reasoning_content, role, content). A completion's last text
+    # chunk carries the finish_reason (serving_completions.py:374); chat sends it in a chunk of
+    # its own (serving_chat.py:2655). The usage chunk is dumped with exclude_none.
     chunk_obj = f"{obj}.chunk" if chat else obj
     head = f'data: {{"id":"{rid}","object":"{chunk_obj}","created":{created},"model":{model},"choices":['
     head_b = head.encode()
     if chat:
-        open_b, close_b = b'{"index":0,"delta":{"content":', b'},"logprobs":null,"finish_reason":'
+        open_b = b'{"index":0,"delta":{"role":null,"content":'
+        close_b = b',"reasoning_content":null},"logprobs":null,"finish_reason":'
     else:
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
-    tail_b = b',"matched_stop":null}]}\n\n'
+    end_b = b',"matched_stop":null}]'
     include_usage = bool(stream_options.get("include_usage"))
     # serving_completions.py:395 / serving_chat.py:3691 (0.5.23): the running usage in every chunk.
     continuous = bool(stream_options.get("continuous_usage_stats"))
 
+    def usage_b(n: int, full: bool) -> bytes:
+        return json.dumps(_usage(n_prompt, n, exclude_none=not full), separators=(",", ":")).encode()
+
     async def events() -> AsyncIterator[bytes]:
         if chat:
-            yield head_b + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,' \
-                           b'"finish_reason":null}]}\n\n'
-        sent = 0
+            yield head_b + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},' \
+                           b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+        sent, finished = 0, False
         async for n in emu.run(req):
             text = json.dumps(emu.text(seed, sent, n)).encode()
             sent = n
-            usage = b',"usage":' + json.dumps(_usage(n_prompt, n), separators=(",", ":")).encode() if continuous else b""
-            yield head_b + open_b + text + close_b + b"null" + tail_b[:-3] + usage + b"}\n\n"
-        finish = json.dumps(req.finish_reason).encode()
-        yield head_b + open_b + b'""' + close_b + finish + tail_b
+            finished = not chat and req.state == "done" and n >= req.target
+            finish = json.dumps(req.finish_reason).encode() if finished else b"null"
+            usage = usage_b(n, True) if continuous else b"null"
+            yield head_b + open_b + text + close_b + finish + end_b + b',"usage":' + usage + b"}\n\n"
+        if chat:
+            yield head_b + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,"finish_reason":' \
+                + json.dumps(req.finish_reason).encode() + end_b + b"}\n\n"
+        elif not finished:  # no token came after the last chunk: the finish rides an empty one
+            usage = usage_b(sent, True) if continuous else b"null"
+            yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + end_b \
+                + b',"usage":' + usage + b"}\n\n"
         if include_usage:
-            usage = json.dumps(_usage(n_prompt, req.emitted), separators=(",", ":")).encode()
-            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' + usage + b"}\n\n"
+            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' + usage_b(req.emitted, False) \
+                + b"}\n\n"
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
@@ -341,16 +386,15 @@ def _metrics(emu: Emulator) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_config(ms: bool) -> dict[str, Any]:
-    """uvicorn's config with SGLang's `[time] LEVEL:     message` format."""
-    stamp = "%(asctime)s.%(msecs)03d" if ms else "%(asctime)s"
+def _log_config(log: Logger) -> dict[str, Any]:
+    """uvicorn's config with the version's formats (templates.yaml `uvicorn_format`); the access
+    log stays on while serving, as SGLang leaves it."""
     fmt = {"datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False}
     return {"version": 1, "disable_existing_loggers": False,
-            "formatters": {"default": {"()": "uvicorn.logging.DefaultFormatter",
-                                       "fmt": f"[{stamp}] %(levelprefix)s %(message)s", **fmt},
+            "formatters": {"default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": log.words["uvicorn_format"],
+                                       **fmt},
                            "access": {"()": "uvicorn.logging.AccessFormatter",
-                                      "fmt": f'[{stamp}] %(levelprefix)s %(client_addr)s - "%(request_line)s" '
-                                             f'%(status_code)s', **fmt}},
+                                      "fmt": log.words["uvicorn_access_format"], **fmt}},
             "handlers": {"default": {"formatter": "default", "class": "logging.StreamHandler",
                                      "stream": "ext://sys.stderr"},
                          "access": {"formatter": "access", "class": "logging.StreamHandler",
@@ -381,8 +425,9 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
             await asyncio.Event().wait()  # stuck forever, or the rank crashes and SIGQUITs us
         await client.post("/generate", json={"text": _WARMUP_PROMPT,
                                              "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
-    emu.ready = True  # /health answers 503 until the warmup request has succeeded
-    logging.getLogger("uvicorn.access").disabled = True  # SGLang logs requests only at warmup
+        emu.ready = True  # /health answers 503 until the warmup request has succeeded
+        if emu.log.version == "0.5.23":  # _freeze_gc_after_server_warmup (http_server.py:2597)
+            await client.post("/freeze_gc")
     emu.log.say("ready")
 
 
@@ -445,7 +490,7 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
     url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     base = f"http://{url_host}:{port}"
     background: list[asyncio.Task[None]] = []
-    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(plan["log_ms"]),
+    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(log),
                             loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
     server = uvicorn.Server(config)
 

@@ -82,3 +82,33 @@ def test_prefill_and_decode_lines_in_the_version_wording(start, small_landscape,
     assert [line for line in lines if line.startswith("Prefill")] and [line for line in lines if line.startswith("Decode")]
     for line in lines:
         assert re.fullmatch(prefill if line.startswith("Prefill") else decode, line), (version, line)
+
+
+@pytest.mark.parametrize(("version", "args", "autotunes"), [
+    # 0.5.23 autotunes the FP4 GEMM of a modelopt_fp4 model (flashinfer_autotune.py:135; `auto` is
+    # flashinfer_cutlass on SM120, fp4_utils.py:154), whatever the MoE backend; 0.5.9 only MoE runners.
+    ("0.5.23", [], True),
+    ("0.5.23", ["--fp4-gemm-backend", "marlin"], False),
+    ("0.5.23", ["--disable-flashinfer-autotune"], False),
+    ("0.5.9", [], False),
+    ("0.5.9", ["--moe-runner-backend", "flashinfer_trtllm"], True),
+])
+def test_autotune_follows_each_versions_rule(tmp_path: Path, version: str, args: list[str], autotunes: bool) -> None:
+    from search.emulator.config import Settings
+    from search.emulator.landscape import Landscape
+    from search.emulator.launch import parse_flags, plan
+
+    path = tmp_path / "plain.py"  # no phase_seconds: SGLang's own rule decides
+    path.write_text("def startup(flags, env):\n    return None\n\ndef throughput(flags, env, running):\n    return 1.0\n")
+    settings = Settings.from_env({"SEARCH_EMULATOR_SGLANG_VERSION": version, "SEARCH_EMULATOR_STATE_DIR": str(tmp_path)})
+    flags = parse_flags(version, ["--model-path", "m", *args])
+    assert plan(settings, flags, {}, Landscape.load(path))["autotune"] is autotunes
+
+
+@pytest.mark.parametrize(("value", "ms"), [("1", True), ("Yes", True), ("TRUE", True), ("0", False), ("n", False),
+                                           ("", False), ("maybe", False)])
+def test_sglang_log_ms_is_read_as_envbool(value: str, ms: bool) -> None:
+    """environ.py EnvBool: true/1/yes/y and false/0/no/n in any case; other values keep the default."""
+    from search.emulator.launch import env_bool
+
+    assert env_bool({"SGLANG_LOG_MS": value}, "SGLANG_LOG_MS", False) is ms

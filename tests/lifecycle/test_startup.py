@@ -69,9 +69,9 @@ CRASHES = [
     # outcome (crash phase), failure kind, a word of the deciding line
     ("loading", "oom", "CUDA out of memory"),
     ("kv_cache", "oom", "Not enough memory"),
-    ("autotune", "autotune_error", "ninja"),
+    ("autotune", "autotune_error", "Ninja build failed"),
     ("cuda_graph", "unsupported", "No supported CUDA architectures"),
-    ("warmup", "unsupported", "not supported on SM120"),
+    ("warmup", "unsupported", "No supported CUDA architectures found for major versions [10]"),
 ]
 
 
@@ -114,7 +114,9 @@ def test_failure_keeps_the_advice_lines_sglang_prints_after_it(make_profile, mar
         assert failure is not None and failure.kind == "oom" and failure.phase == "cuda_graph"
         assert "--" not in failure.line
         assert failure.advice == ("1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
-                                  "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)")
+                                  "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+                                  "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+                                  "(Not recommended. Huge performance loss)")
         assert failure.to_dict()["advice"] == list(failure.advice)
     finally:
         handle.stop()
@@ -155,7 +157,7 @@ def test_crash_names_kind_phase_and_line(make_profile, marker, tmp_path, phase, 
 def test_autotune_crash_reads_as_a_user_sees_it(make_profile, marker, tmp_path):
     _, _, handle, startup, _ = _start(make_profile, marker, tmp_path, "autotune")
     handle.stop()
-    assert startup.failure.message.startswith("crashed at autotune: CalledProcessError: Command '['ninja'")
+    assert startup.failure.message.startswith("crashed at autotune: RuntimeError: Ninja build failed. Ninja output:")
 
 
 @pytest.mark.parametrize("phase", ["loading", "kv_cache"])

@@ -25,7 +25,7 @@ def test_metrics_match_the_landscape(emulator: Server) -> None:
     # Outputs long enough that prefill pauses barely dent the decode rate; a tight threshold keeps
     # the full 6 s window, longer than one request, so requests finish inside it.
     spec = LadderSpec(concurrency=(64, 16), input_len=64, output_len=64, duration_s=6.0, warmup_s=1.0,
-                      converge_ci=0.001)
+                      converge_ci=1e-6)
     result = run_ladder(emulator.url, spec)
     assert result.aborted is None and [lv.max_concurrency for lv in result.levels] == [16, 64]  # ascending
     for lv in result.levels:

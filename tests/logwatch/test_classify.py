@@ -34,12 +34,15 @@ def test_fixtures_cover_every_phase_family_and_failure_kind() -> None:
 
 def test_each_version_family_reads_its_own_wording_only() -> None:
     assert classify_file(FIXTURES / "versions/v0.5.23_ready.log", "0.5.23")["phase"] == "ready"
-    # 0.5.9 wording has no "Capture <role> decode cuda graph begin": that line is not a phase there
+    # 0.5.9 wording has no "Capture <role> decode CUDA graph begin" (0.5.23's
+    # model_runner_components/cuda_graph_setup.py:759): that line is not a phase there
+    line = ("[2026-03-01 09:00:40 TP0] Capture target decode CUDA graph begin. backend=full, "
+            "num_tokens_per_req=1, avail mem=20.00 GB")
     c = LogClassifier("0.5.9")
-    c.feed("[2026-03-01 09:00:40 TP0] Capture target decode cuda graph begin. backend=full, avail mem=20.00 GB")
+    c.feed(line)
     assert c.phase == "starting"
     c = LogClassifier("0.5.23")
-    c.feed("[2026-03-01 09:00:40 TP0] Capture target decode cuda graph begin. backend=full, avail mem=20.00 GB")
+    c.feed(line)
     assert c.phase == "cuda_graph"
     with pytest.raises(BadInput, match="0.4.0"):
         LogClassifier("0.4.0")
@@ -129,11 +132,10 @@ def test_advice_lines_after_a_failure_are_kept() -> None:
     for line in (FIXTURES / "versions" / "v0.5.23_cuda_graph_oom.log").read_text().splitlines():
         c.feed(line)
     assert c.failure is not None and c.failure.name == "oom"
-    assert c.advice == [
+    assert c.advice == [  # CUDA_GRAPH_CAPTURE_FAILED_MSG, 0.5.23 runner_backend_utils/__init__.py:14
         "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
         "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
-        "3. disable torch compile by not using --enable-torch-compile",
-        "4. disable CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)",
+        "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)",
     ]
     quiet = LogClassifier()
     quiet.feed("[2026-03-01 09:00:00] server_args=ServerArgs(model_path='m') --tp 8")  # no failure yet

@@ -72,7 +72,9 @@ SEED = {
                "--mem-fraction-static", "0.92"], None, "ready"),
     "allreduce_fusion": ([*TP4, "--enable-flashinfer-allreduce-fusion"], "unsupported", "cuda_graph"),
     "graph_oom": ([*TP4, "--mem-fraction-static", "0.95"], "oom", "cuda_graph"),
-    "ninja": ([*TP4, "--moe-runner-backend", "flashinfer_trtllm"], "autotune_error", "autotune"),
+    "ninja": ([*TP4, "--moe-runner-backend", "flashinfer_cutlass", "--fp8-gemm-backend", "flashinfer_trtllm"],
+              "autotune_error", "autotune"),
+    "trtllm": ([*TP4, "--moe-runner-backend", "flashinfer_trtllm"], "unsupported", "autotune"),
     "mxfp4": ([*TP4, "--moe-runner-backend", "flashinfer_mxfp4"], "unsupported", "autotune"),
     "kv_memory": ([*TP4, "--mem-fraction-static", "0.3"], "oom", "kv_cache"),
     "weights_oom": (["--model-path", "m", "--tp", "2"], "oom", "loading"),
@@ -116,7 +118,7 @@ def test_small_landscape_every_startup_outcome(start, landscape: str, version: s
     for outcome, server in crashes.items():
         assert server.wait_exit() != 0
         assert _verdict(server, version) == SMALL[outcome], (outcome, server.text()[-3000:])
-    last = {"loading": "Load weight begin", "kv_cache": "Using KV cache dtype", "cuda_graph": "cuda graph begin"}
+    last = {"loading": "Load weight begin", "kv_cache": "Load weight end", "cuda_graph": "graph begin"}
     for outcome, server in hangs.items():
         _settle(server, last[HANGS[outcome]])
         assert _verdict(server, version) == (None, HANGS[outcome]), (outcome, server.text()[-3000:])
@@ -171,7 +173,7 @@ def test_rank_killed_while_serving_reads_as_a_death_while_serving(start, landsca
 def test_rank_killed_during_startup_reads_as_a_crash(start, landscape: str, version: str) -> None:  # noqa: F811
     server = start(["--model-path", "m", "--tp", "2"], SEARCH_EMULATOR_SGLANG_VERSION=version,
                    SEARCH_EMULATOR_LANDSCAPE=landscape, XCHECK_OUTCOME="hang:kv_cache")
-    server.wait_for("Using KV cache dtype")
+    server.wait_for("Load weight end")
     os.kill(json.loads((server.state / "gpu1.json").read_text())["pid"], signal.SIGKILL)
     assert server.wait_exit() == 1
     text = server.text()

@@ -88,7 +88,7 @@ def test_crash_is_recorded_with_phase_and_host_left_clean(space_file, tmp_path):
     result = run_trial(space, config, host, trial_dir=trial_dir, marker="t-crash")
     assert result.outcome == "crashed"
     assert (result.failure.kind, result.failure.phase) == ("autotune_error", "autotune")
-    assert result.failure.message.startswith("crashed at autotune: CalledProcessError")
+    assert result.failure.message.startswith("crashed at autotune: RuntimeError: Ninja build failed")
     assert not result.levels and result.objective is None
     saved = json.loads((trial_dir / "result.json").read_text())
     assert saved["failure"]["phase"] == "autotune" and saved["outcome"] == "crashed"

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from search.emulator import cuda_graphs
+from search.emulator.logs import failure_text
 
 # Output tok/s of the tuned configuration (cap removed, graphs off, flashinfer_cutlass autotune)
 # by running requests; the seed measured 256 / 512 / 1,024 and a peak near 4,000.
@@ -25,18 +26,9 @@ _MOE_FACTOR = {"flashinfer_cutlass": 1.0, "auto": 0.95, "cutlass": 0.93, "triton
 _WEIGHTS_GIB_TOTAL = 215.0  # GLM-5 NVFP4 across all ranks
 _GPU_GIB = 95.59
 _ACTIVATION_GIB = 5.0       # what a rank needs outside the static pool besides graphs (activations, NCCL)
-_NINJA = ("subprocess.CalledProcessError: Command '['ninja', '-v', '-C', "
-          "'/root/.cache/flashinfer/0.5.3/120/cached_ops', '-f', "
-          "'/root/.cache/flashinfer/0.5.3/120/cached_ops/build.ninja']' returned non-zero exit status 1.")
-_OOM_GRAPH = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. "
-              "GPU 7 has a total capacity of 95.59 GiB of which 301.50 MiB is free. Including non-PyTorch "
-              "memory, this process has 95.29 GiB memory in use.\n"
-              "Possible solutions:\n"
-              "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-              "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-              "3. disable torch compile by not using --enable-torch-compile\n"
-              "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-              "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ")
+# PyTorch's CUDA OOM message (c10/cuda/CUDACachingAllocator.cpp), as the seed's GPUs would word it.
+_TORCH_OOM_GRAPH = ("CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a total capacity of 95.59 GiB of "
+                    "which 301.50 MiB is free. Including non-PyTorch memory, this process has 95.29 GiB memory in use.")
 
 
 def graphs_off(flags: dict[str, Any]) -> bool:
@@ -88,25 +80,23 @@ def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
     if tp > 1 and env.get("NCCL_NVLS_ENABLE") == "1":
         return {"phase": "loading", "hang": True}  # NVLink SHARP on a PCIe box: stuck in NCCL init
     if mem * _GPU_GIB - weights < 4.0:
-        return {"phase": "kv_cache", "error": (
-            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-            f"Current value: self.server_args.mem_fraction_static={mem}")}
+        return {"phase": "kv_cache", "error": failure_text(flags, "kv_oom", mem=mem)}
+    # FlashInfer JIT-builds the trtllm-gen MoE kernels for SM100 only (jit/fused_moe.py): on SM120
+    # the first call refuses: at autotune when it runs, else where the kernel first runs.
+    sm100_only = failure_text(flags, "no_arch", majors=[10])
     if moe == "flashinfer_mxfp4":
-        return {"phase": "autotune" if autotunes(flags) else "cuda_graph", "error": (
-            "RuntimeError: flashinfer_mxfp4 MoE kernel does not support SM120; supported: SM90, SM100.")}
+        return {"phase": "autotune" if autotunes(flags) else "cuda_graph", "error": sm100_only}
     if moe in ("flashinfer_trtllm", "flashinfer_trtllm_routed"):
-        if autotunes(flags):
-            return {"phase": "autotune", "error": _NINJA}
-        return {"phase": "warmup", "error": "RuntimeError: trtllm-gen MoE kernels are not supported on SM120."}
-    if autotunes(flags) and flags.get("fp8_gemm_backend") in ("flashinfer_trtllm", "flashinfer_deepgemm"):
-        return {"phase": "autotune", "error": _NINJA}
+        return {"phase": "autotune" if autotunes(flags) else "warmup", "error": sm100_only}
+    # --fp8-gemm-backend's dest is fp8_gemm_runner_backend
+    if autotunes(flags) and flags.get("fp8_gemm_runner_backend") in ("flashinfer_trtllm", "flashinfer_deepgemm"):
+        return {"phase": "autotune", "error": failure_text(flags, "ninja", output=failure_text(flags, "ninja_output"))}
     if not graphs_off(flags):
-        if allreduce_fusion(flags):
-            return {"phase": "cuda_graph", "error": (
-                "Exception: Capture cuda graph failed: No supported CUDA architectures found for "
-                "major versions [9, 10].")}
+        if allreduce_fusion(flags):  # the trtllm allreduce-fusion module is built for SM90/SM100 (jit/comm.py)
+            return {"phase": "cuda_graph", "error": failure_text(
+                flags, "graph_failed", error=failure_text(flags, "no_arch", raised=False, majors=[9, 10]))}
         if _graph_gib(flags, env) > (1.0 - mem) * _GPU_GIB - _ACTIVATION_GIB:
-            return {"phase": "cuda_graph", "error": _OOM_GRAPH}
+            return {"phase": "cuda_graph", "error": failure_text(flags, "graph_failed", error=_TORCH_OOM_GRAPH)}
     elif mem > 0.96:
         return {"phase": "warmup", "error": (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
