@@ -13,8 +13,8 @@ Overnight safety comes from three rules:
 - before a server starts, its trial already carries the trial marker and the driver's identity,
   so a later run can find a dead run's RUNNING trials, kill what they left by marker, and fail
   and re-enqueue them (nothing measured is lost: finished trials are untouched);
-- Ctrl-C / SIGTERM tear the running trials down and record them as infrastructure faults,
-  re-enqueued, so running the same command again continues;
+- Ctrl-C and every stop signal (SIGTERM, SIGHUP: `search.stop_signals`) tear the running trials
+  down and record them as infrastructure faults, re-enqueued, so running the same command again continues;
 - an infrastructure fault is never blamed on the config, but the same config failing that way
   `MAX_INFRA_RETRIES` times in a row on one host in one run stops the study with the host's message.
 """
@@ -24,13 +24,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +43,7 @@ from search.lifecycle import Failure
 from search.logwatch import Event
 from search.loadtest import LevelResult
 from search.space import Space, parse_space
+from search.stop_signals import stop_signals_as_interrupt
 from search.strategy import Strategy
 from search.trial import TrialResult, run_trial
 
@@ -60,7 +59,7 @@ WAIT_S = 0.5  # longest the driver waits on its runner before checking the budge
 
 
 class Interrupted(Exception):
-    """Ctrl-C or SIGTERM stopped the study after recording the running trial."""
+    """Ctrl-C or another stop signal stopped the study after recording the running trial."""
 
 
 # --------------------------------------------------------------------------- storage
@@ -302,7 +301,7 @@ class StudyRun:
         self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
         self._recover()
         self.strategy.start(self.study, self.known)
-        with _sigterm_as_interrupt():
+        with stop_signals_as_interrupt():
             try:
                 self._trials()
                 if not self._out_of_time():
@@ -537,24 +536,6 @@ class StudyRun:
 
 def _key(config: Mapping[str, Any]) -> str:
     return repr(sorted(config.items(), key=lambda kv: kv[0]))
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (systemd, a scheduler) stops the study like Ctrl-C: tear down, record, exit."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def best_configs(study: optuna.Study, k: int = TOP_K) -> list[dict[str, Any]]:

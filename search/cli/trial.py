@@ -15,6 +15,7 @@ from rich.table import Table
 
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.logwatch import Event
+from search.stop_signals import stop_signals_as_interrupt
 from search.trial import TrialResult, meets_slos, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
@@ -61,8 +62,9 @@ def run(
             console.print(f"[dim]{event.time - began:7.1f} s[/dim]  {event.name}")
 
     console.print(f"trial {artifacts.root}  ({'emulated' if emulate else 'local'})")
-    result = run_trial(space, config, LocalHost(emulate=emulate), trial_dir=artifacts.root, marker=marker,
-                       on_event=on_event)
+    with stop_signals_as_interrupt():  # a hang-up tears the server down as Ctrl-C does
+        result = run_trial(space, config, LocalHost(emulate=emulate), trial_dir=artifacts.root, marker=marker,
+                           on_event=on_event)
     _print(result, space, began)
     if result.outcome == "infrastructure":
         raise InfrastructureFault(result.failure.message)
