@@ -42,6 +42,8 @@ from search.hosts.base import Host
 from search.lifecycle import Failure
 from search.logwatch import Event
 from search.loadtest import LevelResult
+from search.lock import StudyLock
+from search.names import checked_study_name
 from search.space import Space, parse_space
 from search.stop_signals import stop_signals_as_interrupt
 from search.strategy import Strategy
@@ -285,6 +287,7 @@ class StudyRun:
     study: optuna.Study | None = field(default=None, init=False)  # set by run()
 
     def __post_init__(self) -> None:
+        checked_study_name(self.name)  # it names trials/<study>/
         if self.runner is None:
             if self.host is None:
                 raise BadInput("a study needs a host or a runner to run its trials on")
@@ -296,6 +299,10 @@ class StudyRun:
     # -- public ---------------------------------------------------------------------------
     def run(self) -> optuna.Study:
         """Create or resume the study, run trials until the budget is spent, then re-measure."""
+        with StudyLock(self.storage, self.name):  # one driver per study, re-measurement included
+            return self._run()
+
+    def _run(self) -> optuna.Study:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = self._open()
         self.strategy = Strategy(self.space, self.sampler, seed=self.seed)
