@@ -14,7 +14,7 @@ from search.errors import BadInput
 from search.output import write_output
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
-from search.space import CheckReport, Space, check_space, load_space, read_space, salvage_space
+from search.space import CheckReport, Space, SpaceError, check_space, load_space, read_space, salvage_space
 
 app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
 
@@ -43,7 +43,12 @@ def check(
         _report("launch command", manifest, check_command(command, manifest))
         return
     # Entries that break the schema are reported and left out; the rest still meets the manifest.
-    space, schema_problems = salvage_space(read_space(space_file), str(space_file))
+    try:
+        data = read_space(space_file)
+    except SpaceError as exc:  # the file itself (YAML, keys given twice): every line of it, then stop
+        _print(CheckReport(exc.problems))
+        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file itself; fix them to check the rest")
+    space, schema_problems = salvage_space(data, str(space_file))
     manifest = _manifest(version, python, space.sglang_version)
     report = check_space(space, manifest)
     report.problems[:0] = schema_problems

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from search.errors import BadInput
+from search.yaml_keys import duplicate_keys
 
 
 def _split_command(value: Any) -> Any:
@@ -99,11 +100,14 @@ class HostsFile(BaseModel):
 def load_hosts(path: Path) -> HostsFile:
     """Read and validate ``hosts.yaml``; every problem is one BadInput line naming the file and field."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise BadInput(f"cannot read hosts file {path}: {exc.strerror}; pass --hosts PATH") from exc
     except yaml.YAMLError as exc:
         raise BadInput(f"hosts file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if twice := duplicate_keys(text):
+        raise BadInput(f"hosts file {path}: {twice[0]}")
     try:
         return HostsFile.model_validate(data)
     except ValidationError as exc:
