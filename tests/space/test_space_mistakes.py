@@ -4,11 +4,10 @@ never reaches the declared high. `space check` names each, exit 2."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-import yaml
 
 from search.errors import BadInput
 from search.hosts.config import load_hosts
@@ -34,11 +33,9 @@ def test_a_key_given_twice_names_the_key_and_both_lines(cli: Cli, tmp_path: Path
     path.write_text(SPACE_WITH_TWICE)
     code, out, err = cli("space", "check", str(path))
     assert code == 2
-    assert out.splitlines() == [
-        f"{path}: params.--max-running-requests: given twice, on lines 4 and 6 "
-        "(the later one would silently win); keep one",
-        f"{path}: baseline: given twice, on lines 7 and 8 (the later one would silently win); keep one",
-    ]
+    why = "(the later one would silently win); keep one"
+    assert out.splitlines() == [f"{path}: params.--max-running-requests: given twice, on lines 4 and 6 {why}",
+                                f"{path}: baseline: given twice, on lines 7 and 8 {why}"]
     assert err.count("\n") == 1 and err.startswith("error: ")
 
 
