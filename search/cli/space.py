@@ -6,15 +6,23 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 
 from search import manifests
 from search.command import check_command
 from search.errors import BadInput
 from search.output import write_output
+from search.overrides import overridden, parse_sets
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
-from search.space import CheckReport, Space, SpaceError, check_space, load_space, read_space, salvage_space
+from search.space import (
+    CheckReport,
+    Space,
+    SpaceError,
+    check_space,
+    load_space,
+    read_space,
+    salvage_space,
+)
 
 app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
 
@@ -112,13 +120,4 @@ def render(
 def _config(space: Space, sets: list[str], baseline: bool) -> dict:
     if baseline and space.baseline is None:
         raise BadInput(f"{space.source} has no baseline; drop --baseline or add one")
-    config = dict(space.baseline or {}) if baseline else {}
-    for item in sets:
-        name, eq, raw = item.partition("=")
-        if not eq:
-            raise BadInput(f"--set {item!r}: write PARAM=VALUE, e.g. --set --max-running-requests=256")
-        config[name] = yaml.safe_load(raw) if raw else None
-    problems = space.config_problems(config, "--set", complete=False)
-    if problems:
-        raise BadInput("; ".join(map(str, problems)))
-    return space.active(config)
+    return overridden(space, (space.baseline or {}) if baseline else {}, parse_sets(sets, space))
