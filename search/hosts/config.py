@@ -14,6 +14,8 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from search.errors import BadInput
+from search.secret_rule import SECRET_VALUE, secret_advice
+from search.space import is_secret
 from search.yaml_keys import duplicate_keys
 
 
@@ -58,6 +60,13 @@ class HostConfig(BaseModel):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        if secret := next(filter(is_secret, env), None):
+            raise ValueError(f"{secret}: {SECRET_VALUE}; {secret_advice(secret)}")
+        return env
 
     @field_validator("gpus")
     @classmethod
