@@ -80,6 +80,6 @@ def test_an_unset_secret_is_skipped_over_ssh_as_locally(sshd: Sshd, tmp_path: Pa
         finally:
             handle.stop(grace=2)
             host.close()
-    assert [r.getMessage() for r in caplog.records if "SEARCH_UNSET_SECRET" in r.getMessage()] == [
-        "warning: secret SEARCH_UNSET_SECRET named by the space is not set here; servers start without it "
-        "(a public model needs none; export it for a gated one)"]
+    warned = ("warning: secret SEARCH_UNSET_SECRET named by the space is not set here; servers start without it "
+              "(a public model needs none; export it for a gated one)")
+    assert [r.getMessage() for r in caplog.records if "SEARCH_UNSET_SECRET" in r.getMessage()] == [warned]
