@@ -102,10 +102,15 @@ class StudyLock:
             os.close(fd)
 
 
-def _holder(fd: int) -> str:
-    """``pid 123 on host gpu-ctl`` from the lock file, or a plain phrase while the holder is still writing it."""
-    try:
-        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return f"pid {int(data['pid'])} on host {data['host']}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another driver that is starting"
+def _holder(fd: int, wait_s: float = 1.0) -> str:
+    """``pid 123 on host gpu-ctl`` from the lock file; the holder writes it just after locking, so
+    an empty file is read again for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            return f"pid {int(data['pid'])} on host {data['host']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() >= deadline:
+                return "another driver (it has not said which yet)"
+            time.sleep(0.05)
