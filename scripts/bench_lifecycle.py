@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.lifecycle import start_server
 from search.profile import LaunchProfile
 
@@ -101,7 +102,7 @@ def stubborn(work: Path, grace: float) -> float:
 
 def cooperative(work: Path) -> float:
     """Seconds stop() takes for a ready emulator server (main process + 2 ranks)."""
-    host, port = LocalHost(emulate=True), free_port()
+    host, port = EmulatedHost(), free_port()
     profile = LaunchProfile(
         launcher=["python3", "-m", "sglang.launch_server"],
         args=["--model-path", "m", "--tp-size", "2", "--host", "127.0.0.1", "--port", str(port)],

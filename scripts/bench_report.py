@@ -19,8 +19,8 @@ import optuna
 
 from search import report
 from search.space import Space, load_space
+from search.storage import StudyAttr
 from search.strategy import Strategy
-from search.study import REMEASURED_ATTR, SPACE_ATTR
 
 SPACE = Path(__file__).resolve().parent.parent / "spaces" / "demo.yaml"
 STARTUP = (("starting", 25), ("loading", 249), ("kv_cache", 6), ("autotune", 95), ("cuda_graph", 70), ("warmup", 5))
@@ -30,7 +30,7 @@ def synthetic(storage: str, name: str, space: Space, n: int, seed: int = 0) -> o
     """A finished study of ``n`` trials: crashes (triton, high memory fraction), prunes, completions."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-    study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
+    study.set_user_attr(StudyAttr.SPACE, space.model_dump(mode="json"))
     strategy, rng, clock = Strategy(space, "random", seed=seed), random.Random(seed), time.time() - 3600 * 8
     study.enqueue_trial(dict(space.baseline or {}), user_attrs={"strategy": "baseline"})
     for _ in range(n):
@@ -70,7 +70,7 @@ def synthetic(storage: str, name: str, space: Space, n: int, seed: int = 0) -> o
         else:
             strategy.tell(study, trial, "completed", objective=levels[-1]["output_throughput"])
     top = sorted((t for t in study.trials if t.value is not None), key=lambda t: -t.value)[:3]
-    study.set_user_attr(REMEASURED_ATTR, {str(t.number): [t.value * 0.98, t.value * 1.01] for t in top})
+    study.set_user_attr(StudyAttr.REMEASURED, {str(t.number): [t.value * 0.98, t.value * 1.01] for t in top})
     return study
 
 

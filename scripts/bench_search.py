@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import math
 import multiprocessing
 import random
 import statistics
@@ -35,17 +36,22 @@ from typing import Any
 
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+from bench_peers import PEERS, make_peer  # noqa: E402
 
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
-from search.strategy import SpaceLike, Strategy, grid_space  # noqa: E402
+from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 DEFAULT_PHASE_SECONDS = {"starting": 20.0, "loading": 300.0, "kv_cache": 20.0, "warmup": 10.0}
 DEFAULT_TIMEOUT = 900.0
-SAMPLER_KINDS = ("ours", "tpe", "random", "grid")
-OPTIMUM_POINTS = 9
+SAMPLER_KINDS = ("ours", "tpe", "gp", "hebo", "random", "grid")
+# The optimum is enumerated on the space's own steps; a log range (or a range without a step)
+# at FINE_POINTS points at least, or all its integers where there are no more than ALL_INTS.
+FINE_POINTS = 25
+ALL_INTS = 256
 # Enumerated optima by (space file, landscape file, grid) content: repeated runs skip the enumeration.
 OPTIMUM_CACHE = Path(__file__).resolve().parent.parent / "build" / "bench_search_optimum"
 
@@ -220,50 +226,76 @@ def _key(value: Any) -> Any:
     return "<absent>" if value is _ABSENT else (type(value).__name__, value)
 
 
+def fine_values(dist: Any) -> list[Any]:
+    """One parameter's values for the optimum: every choice, step or integer, or FINE_POINTS on a log range."""
+    if isinstance(dist, optuna.distributions.CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, optuna.distributions.IntDistribution) and (dist.high - dist.low) // dist.step < ALL_INTS:
+        return list(range(dist.low, dist.high + 1, dist.step))
+    if isinstance(dist, optuna.distributions.FloatDistribution) and dist.step and not dist.log:
+        return grid_values(dist, int(round((dist.high - dist.low) / dist.step)) + 1)
+    return grid_values(dist, FINE_POINTS * 4 if not dist.log else FINE_POINTS)
+
+
+def fine_grid(space: SpaceLike) -> dict[str, list[Any]]:
+    return {name: fine_values(dist) for name, dist in discover(space).items()}
+
+
+def separable(sim: Simulator, grid: Mapping[str, list[Any]], names: tuple[str, ...],
+              rng: random.Random, samples: int = 40) -> None:
+    """Check a landscape's claim that each of ``names`` scales throughput by its own factor and
+    never changes how a config starts; raise if a sampled config shows otherwise.
+
+    Such a parameter's best value is the same whatever the others are, so the optimum is the
+    best of the rest (that parameter at the baseline's value) with that parameter at its best:
+    exact, and orders of magnitude fewer configs to run (NCCL's 32 channel counts multiply
+    everything else).
+    """
+    space = sim.problem.space
+    for name in names:
+        base = space.baseline[name]
+        for _ in range(samples):
+            config = space.suggest(optuna.trial.FixedTrial({n: rng.choice(v) for n, v in grid.items()}))
+            ref = {**config, name: base}
+            value = rng.choice(grid[name])
+            moved = {**config, name: value}
+            if (sim.startup(moved)[0] is None) != (sim.startup(ref)[0] is None):
+                raise SystemExit(f"error: {name} changes whether {ref} starts; it is not separable")
+            if sim.startup(ref)[0] is not None:
+                continue
+            factors = {sim.level(moved, c, 0.0, rng)[0] / max(sim.level(ref, c, 0.0, rng)[0], 1e-12)
+                       for c in sim.problem.concurrency}
+            if max(factors) - min(factors) > 1e-9 * max(factors):
+                raise SystemExit(f"error: {name}={value} scales {ref} by {sorted(factors)} across levels; not separable")
+
+
 _SIM: Simulator | None = None  # the simulator forked workers use
+_GRID: dict[str, list[Any]] = {}  # the grid forked workers enumerate
 
 
 def _optimum_part(part: tuple[int, int]) -> tuple[float, dict[str, Any]]:
-    """The best feasible config among every `of`-th grid point starting at `index`."""
+    """The best feasible config among every `of`-th point of `_GRID` starting at `index`."""
     index, of = part
     assert _SIM is not None
-    space = _SIM.problem.space
-    grid = grid_space(space, OPTIMUM_POINTS)
-    configs = (space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
-               for i, combo in enumerate(itertools.product(*grid.values())) if i % of == index)
-    sample = list(itertools.islice(configs, 0, None, 997))[:60]
+    space, grid = _SIM.problem.space, _GRID
+    combos = (dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values()))
+    sample = [space.suggest(optuna.trial.FixedTrial(c)) for c in itertools.islice(combos, 0, None, 997)][:60]
     composer = FlagComposer(_SIM, grid)
     fast = Simulator(_SIM.problem, _SIM.land, composer.flags) if composer.verified(sample) else _SIM
     best: tuple[float, dict[str, Any]] = (0.0, {})
     for i, combo in enumerate(itertools.product(*grid.values())):
         if i % of != index:
             continue
-        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo))))
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(grid, combo, strict=True))))
         value = fast.true_value(config)
         if value is not None and value > best[0]:
             best = (value, config)
     return best
 
 
-def cached_optimum(sim: Simulator, space_path: Path, landscape_path: Path, jobs: int = 1) -> tuple[float, dict[str, Any]]:
-    """`optimum`, remembered under build/ keyed by the contents of the space and landscape files."""
-    key = hashlib.sha256(space_path.read_bytes() + b"\0" + landscape_path.read_bytes()
-                         + f"\0{OPTIMUM_POINTS}".encode()).hexdigest()[:24]
-    path = OPTIMUM_CACHE / f"{key}.json"
-    if path.exists():
-        found = json.loads(path.read_text())
-        return float(found["value"]), dict(found["config"])
-    value, config = optimum(sim, jobs)
-    OPTIMUM_CACHE.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"value": value, "config": config, "space": str(space_path),
-                                "landscape": str(landscape_path)}))
-    return value, config
-
-
-def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
-    """The landscape's best feasible config on a fine grid of the space (every grid point run)."""
-    global _SIM
-    _SIM = sim
+def _best_on(sim: Simulator, grid: dict[str, list[Any]], jobs: int) -> tuple[float, dict[str, Any]]:
+    global _SIM, _GRID
+    _SIM, _GRID = sim, grid
     parts = [(i, jobs) for i in range(jobs)]
     if jobs > 1:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -273,14 +305,44 @@ def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
     return max(found, key=lambda vc: vc[0])
 
 
+def cached_optimum(sim: Simulator, key_text: bytes, jobs: int = 1) -> tuple[float, dict[str, Any]]:
+    """`optimum`, remembered under build/ keyed by the space and landscape (their files' bytes)."""
+    key = hashlib.sha256(key_text + f"\0fine{FINE_POINTS}/{ALL_INTS}".encode()).hexdigest()[:24]
+    path = OPTIMUM_CACHE / f"{key}.json"
+    if path.exists():
+        found = json.loads(path.read_text())
+        return float(found["value"]), dict(found["config"])
+    value, config = optimum(sim, jobs)
+    OPTIMUM_CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"value": value, "config": config}))
+    return value, config
+
+
+def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
+    """The landscape's best feasible config, every point of the space's fine grid run.
+
+    Parameters the landscape declares in ``SEPARABLE`` (checked by `separable`) are enumerated
+    apart: the rest with them at the baseline's values, then each of them on the best of the rest.
+    """
+    grid = fine_grid(sim.problem.space)
+    apart = tuple(getattr(sim.land, "SEPARABLE", ()))
+    separable(sim, grid, apart, random.Random(0))
+    baseline = sim.problem.space.baseline
+    value, config = _best_on(sim, {n: ([baseline[n]] if n in apart else v) for n, v in grid.items()}, jobs)
+    for name in apart:
+        fixed = {n: [config[n]] if n in config else [v[0]] for n, v in grid.items()}
+        value, config = _best_on(sim, {**fixed, name: grid[name]}, jobs)
+    return value, config
+
+
 def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
-    """"ours" is the product's strategy; the others are plain Optuna samplers, unguided."""
+    """"ours" is the product's strategy; the others are peers (bench_peers.py), unguided."""
     if kind == "ours":
         return Strategy(space, "tpe", seed=seed)
-    if kind == "tpe":
-        return Strategy(space, optuna.samplers.TPESampler(seed=seed), guided=False)
-    if kind in ("random", "grid"):
+    if kind == "grid":
         return Strategy(space, kind, seed=seed, guided=False)
+    if kind in PEERS:
+        return make_peer(kind, space, seed)
     raise SystemExit(f"error: unknown sampler {kind!r}: one of {', '.join(SAMPLER_KINDS)}")
 
 
@@ -358,16 +420,17 @@ def _run_task(task: tuple[str, int, int, float]) -> list[dict[str, Any]]:
     return run_study(_SIM, kind, seed, trials, noise)
 
 
-def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, noise: float,
-          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1,
-          cache_key: tuple[Path, Path] | None = None) -> dict[str, Any]:
+def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: float | None = None,
+          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1, cache_key: bytes | None = None) -> dict[str, Any]:
     """The whole benchmark for one space and landscape, as a JSON-ready dict.
 
-    With `cache_key` (the space and landscape files) the enumerated optimum is cached under build/.
+    ``noise`` defaults to the landscape's own (a generated one draws it) or 2.5%. With
+    ``cache_key`` (bytes naming the space and landscape) the optimum is cached under build/.
     """
     global _SIM
+    noise = noise if noise is not None else float(getattr(landscape, "noise", 0.025))
     sim = Simulator(problem, landscape)
-    best, best_config = cached_optimum(sim, *cache_key, jobs) if cache_key else optimum(sim, jobs)
+    best, best_config = cached_optimum(sim, cache_key, jobs) if cache_key else optimum(sim, jobs)
     _SIM = sim
     if best <= 0:
         raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
@@ -377,40 +440,100 @@ def bench(problem: Problem, landscape: ModuleType, *, trials: int, seeds: int, n
             curves = pool.map(_run_task, tasks)
     else:
         curves = [_run_task(task) for task in tasks]
-    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves) if k == kind], best) for kind in samplers}
-    ours, tpe = results.get("ours"), results.get("tpe")
-    ratio = None
-    if ours and tpe and ours["gpu_hours_to_95"] is not None and tpe["gpu_hours_to_95"]:
-        ratio = round(ours["gpu_hours_to_95"] / tpe["gpu_hours_to_95"], 3)
+    results = {kind: summarize([c for (k, *_), c in zip(tasks, curves, strict=True) if k == kind], best) for kind in samplers}
     return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
             "optimum": {"value": round(best, 1), "config": best_config},
-            "samplers": results, "ours_gpu_hours_to_95_vs_tpe": ratio}
+            "samplers": results, **against_peers(results)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--space", type=Path, required=True)
-    parser.add_argument("--landscape", type=Path, required=True)
-    parser.add_argument("--trials", type=int, default=60)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--noise", type=float, default=0.025, help="relative std of a measurement")
-    parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
-    parser.add_argument("--jobs", type=int, default=1, help="studies run in parallel processes")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    result = bench(load_problem(args.space), load_landscape(args.landscape), trials=args.trials,
-                   seeds=args.seeds, noise=args.noise, samplers=tuple(args.samplers.split(",")), jobs=args.jobs,
-                   cache_key=(args.space, args.landscape))
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-        return 0
-    print(f"{result['landscape']}: optimum {result['optimum']['value']} tok/s; medians over {args.seeds} seeds")
+def _never(x: float | None) -> float:
+    return math.inf if x is None else x
+
+
+def against_peers(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Ours against the best peer of this landscape: its GPU-hour ratio to 95%, and whether a
+    peer reached 99% in fewer trials (a median that never reached counts as never)."""
+    ours = results.get("ours")
+    peers = {k: r for k, r in results.items() if k != "ours"}
+    if not ours or not peers:
+        return {}
+    h95 = min(_never(r["gpu_hours_to_95"]) for r in peers.values())
+    t99 = min(_never(r["trials_to_99"]) for r in peers.values())
+    mine = _never(ours["gpu_hours_to_95"])
+    return {"ours_gpu_hours_to_95_vs_best_peer": None if math.isinf(mine) or math.isinf(h95) else round(mine / h95, 3),
+            "ours_reached_95_where_no_peer_did": not math.isinf(mine) and math.isinf(h95),
+            "ours_behind_best_peer_at_99": _never(ours["trials_to_99"]) > t99}
+
+
+def across(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the issue's goals read: medians over landscapes of ours' per-landscape medians."""
+    ours = [r["samplers"]["ours"] for r in results]
+    ratios = [r["ours_gpu_hours_to_95_vs_best_peer"] for r in results if r.get("ours_gpu_hours_to_95_vs_best_peer")]
+    return {"landscapes": len(results),
+            "ours_trials_to_95": _median([o["trials_to_95"] for o in ours]),
+            "ours_trials_to_99": _median([o["trials_to_99"] for o in ours]),
+            "ours_gpu_hours_to_95_vs_best_peer": _median(ratios) if ratios else None,
+            "ours_reached_95_where_no_peer_did": sum(bool(r.get("ours_reached_95_where_no_peer_did")) for r in results),
+            "behind_best_peer_at_99": sum(bool(r.get("ours_behind_best_peer_at_99")) for r in results)}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-49`` or ``3,7,9`` -> the landscape seeds."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            return list(range(lo, hi + 1))
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"error: --generated {text!r}: give a range such as 0-49 or a list such as 3,7,9") from None
+
+
+def _table(result: dict[str, Any], seeds: int) -> None:
+    print(f"{result['landscape']}: optimum {result['optimum']['value']} tok/s; medians over {seeds} seeds")
     print(f"{'sampler':8} {'t95':>6} {'t99':>6} {'h95':>7} {'h99':>7} {'best@N':>7}")
     for kind, r in result["samplers"].items():
         cells = [r["trials_to_95"], r["trials_to_99"], r["gpu_hours_to_95"], r["gpu_hours_to_99"]]
         text = ["-" if c is None else f"{c:.1f}" for c in cells]
         print(f"{kind:8} {text[0]:>6} {text[1]:>6} {text[2]:>7} {text[3]:>7} {r['best_fraction']:>7.3f}")
-    print(f"ours GPU hours to 95% / plain TPE: {result['ours_gpu_hours_to_95_vs_tpe']}")
+    print(f"ours GPU hours to 95% / best peer's: {result.get('ours_gpu_hours_to_95_vs_best_peer')}; "
+          f"behind the best peer at 99%: {result.get('ours_behind_best_peer_at_99')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", type=Path, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--landscape", type=Path, help="a landscape file")
+    where.add_argument("--generated", help="seeds of scripts/landscapes/generator.py's landscapes, e.g. 0-49")
+    parser.add_argument("--trials", type=int, default=60)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--noise", type=float, default=None,
+                        help="relative std of a measurement (default: the landscape's own, else 0.025)")
+    parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
+    parser.add_argument("--jobs", type=int, default=1, help="studies run in parallel processes")
+    parser.add_argument("--json", action="store_true", help="print JSON (one object a landscape, a line each with --generated)")
+    args = parser.parse_args(argv)
+    problem = load_problem(args.space)
+    kw = {"trials": args.trials, "seeds": args.seeds, "noise": args.noise,
+          "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs}
+    if args.landscape:
+        landscapes = [(load_landscape(args.landscape), args.landscape.read_bytes())]
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "landscapes"))
+        import generator
+
+        source = (Path(generator.__file__).read_bytes())
+        landscapes = [(generator.make(seed), source + f"\0{seed}".encode()) for seed in parse_seeds(args.generated)]
+    results = []
+    for landscape, key in landscapes:
+        result = bench(problem, landscape, cache_key=args.space.read_bytes() + b"\0" + key, **kw)
+        results.append(result)
+        if args.json:
+            print(json.dumps(result, indent=None if args.generated else 2, default=str), flush=True)
+        else:
+            _table(result, args.seeds)
+    if args.generated:
+        print(json.dumps({"across": across(results)}) if args.json else f"across: {across(results)}")
     return 0
 
 

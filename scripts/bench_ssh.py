@@ -14,9 +14,9 @@ import statistics
 import sys
 import tempfile
 import time
-from socket import socket
 from collections.abc import Callable
 from pathlib import Path
+from socket import socket
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "ssh"))
 from conftest import start_sshd  # noqa: E402 - the test suite's real-sshd fixture

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bench_accuracy import emulator
 from bench_client import instant_server
+
 from search.loadtest import LadderSpec, parse_concurrency, parse_duration, run_ladder
 
 _SHIM = (

@@ -15,6 +15,12 @@ if [ "${1:-}" = "--test" ]; then
       tqdm ipython aiohttp msgspec orjson pybase64 psutil requests packaging
     "$PY" -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.23
   fi
+  # HEBO, a peer in the search benchmark (scripts/bench_peers.py): its metadata pins numpy<1.25
+  # and pymoo 0.6.0, yet it runs on today's, so it goes in without its pins, then its needs.
+  if ! "$PY" -c 'from hebo.optimizers.hebo import HEBO' 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps HEBO==0.3.6 disjoint-set
+    "$PY" -m pip install -q --disable-pip-version-check pymoo gpytorch GPy catboost
+  fi
   # A real OpenSSH server for the SSH host tests; Chromium for the report's screenshot test.
   need=()
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)

@@ -14,6 +14,7 @@ from typing import Any
 
 from search.errors import BadInput
 from search.manifests import Manifest, ManifestError, load
+from search.profile import is_secret
 from search.secret_rule import SECRET_VALUE, secret_advice
 from search.space import (
     ENV_NAME,
@@ -24,12 +25,9 @@ from search.space import (
     IntParam,
     Problem,
     Space,
-    deprecation,
     is_flag,
-    is_secret,
-    unknown_flag,
-    value_problems,
 )
+from search.space_check import deprecation, unknown_flag, value_problems
 
 SOURCE = "<command>"
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
@@ -144,7 +142,7 @@ def config_from_command(space: Space, text: str) -> dict[str, Any]:
         config[name] = value
     config = space.active(config)
     fixed = _fixed_values(space, manifest)
-    searched = {manifest.flag(n).dest for n in space.params if is_flag(n) and manifest.flag(n)}
+    searched = {flag.dest for n in space.params if is_flag(n) and (flag := manifest.flag(n)) is not None}
     for option, _ in _options(command.args):
         flag = manifest.flag(option)
         if flag is None or flag.dest in searched or flag.dest in _WHERE or is_secret(flag.dest):

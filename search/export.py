@@ -1,6 +1,6 @@
 """Take a trial home: its launch profile as a shell script, an SGLang ``--config`` YAML or JSON.
 
-The default trial is the top of `search.results.ranked` (re-measured mean first). The profile is
+The default trial is the winner of `search.ranking` (re-measured mean first), as every view names it. The profile is
 rendered from the space stored on the study and the trial's parameters, so it needs neither the
 space file nor the trial's artifacts.
 """
@@ -16,7 +16,7 @@ from search import results
 from search.errors import BadInput
 from search.output import write_output
 from search.profile import LaunchProfile, render, to_json, to_sglang_config, to_shell
-from search.study import space_of
+from search.storage import space_of, view
 
 FORMATS = {"shell": ("sh", to_shell), "sglang-config": ("yaml", to_sglang_config), "json": ("json", to_json)}
 DEFAULT_DIR = Path("profiles")
@@ -24,7 +24,7 @@ DEFAULT_DIR = Path("profiles")
 
 def profile(study: optuna.Study, number: int | None = None) -> tuple[int, LaunchProfile]:
     """The trial (given, or the best) and its launch profile."""
-    chosen = results.best(study) if number is None else results.trial(study, number)
+    chosen = results.best(study) if number is None else view(study, number)
     if not chosen.params and chosen.state != optuna.trial.TrialState.COMPLETE:
         raise BadInput(f"trial {chosen.number} of {study.study_name!r} has no parameters recorded; pick another --trial")
     space = space_of(study)

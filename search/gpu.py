@@ -62,7 +62,7 @@ def parse(text: str) -> list[GpuSample]:
             raise InfrastructureFault(
                 f"nvidia-smi line {line!r} has {len(cells)} fields, expected {len(FIELDS)} ({','.join(FIELDS)})"
             )
-        values = [_number(c, f, line) for c, f in zip(cells, FIELDS)]
+        values = [_number(c, f, line) for c, f in zip(cells, FIELDS, strict=True)]
         index, used, total, power, limit, util = values
         if index is None or used is None or total is None:
             raise InfrastructureFault(f"nvidia-smi line {line!r} lacks the GPU index or memory; cannot check the GPU")

@@ -125,7 +125,7 @@ class Startup:
     phases: dict[str, PhaseSpan]
     failure: Failure | None
     progress: float | None  # loading % reached
-    watch: Watch = field(repr=False)  # keeps following the server after startup
+    watch: Watch | None = field(repr=False)  # keeps following the server after startup; None once sent elsewhere
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -144,7 +144,7 @@ def phases_dict(phases: Mapping[str, PhaseSpan]) -> dict[str, dict[str, float]]:
 def _timeline(starts: Mapping[str, float], end: float) -> dict[str, PhaseSpan]:
     ordered = sorted(starts.items(), key=lambda kv: kv[1])
     ends = [t for _, t in ordered[1:]] + [end]
-    return {name: PhaseSpan(start, max(0.0, stop - start)) for (name, start), stop in zip(ordered, ends)}
+    return {name: PhaseSpan(start, max(0.0, stop - start)) for (name, start), stop in zip(ordered, ends, strict=True)}
 
 
 def start_server(host: Host, profile: LaunchProfile, *, marker: str, log_path: Path,

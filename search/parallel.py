@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import socket
@@ -40,10 +41,11 @@ from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayEr
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from search.errors import BadInput
-from search.hosts.local import LocalHost
+from search.hosts import LocalHost, local_host
 from search.lifecycle import Failure
 from search.loadtest import LevelResult
-from search.study import Hooks, Job, run_job
+from search.runner import Hooks, Job, run_job
+from search.storage import Outcome
 from search.trial import TrialResult
 
 RESOURCE = "search_host"
@@ -60,7 +62,7 @@ Message = tuple[str, Any]  # ("placed", (host, node id)) | ("event", Event) | ("
 def connect(address: str) -> None:
     """Join the Ray cluster at ``address`` (``auto``: the one this machine belongs to)."""
     try:
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise BadInput(f"--ray {address}: cannot reach a Ray cluster ({exc}); start one with `ray start --head` "
                        "and give its address") from None
@@ -97,7 +99,7 @@ class _Agent:
         marker = job.marker
         with self._changed:
             self._messages[marker] = []
-        host = LocalHost(emulate=emulate, name=os.environ.get(NAME_ENV) or socket.gethostname())
+        host = local_host(emulate=emulate, name=os.environ.get(NAME_ENV) or socket.gethostname())
         if os.environ.get(PORT_ENV):
             launch = job.space.launch.model_copy(update={"port": int(os.environ[PORT_ENV])})
             job = dataclasses.replace(job, space=job.space.model_copy(update={"launch": launch}))
@@ -120,7 +122,7 @@ class _Agent:
                 result = run_job(job, host, on_event=lambda event: self._say(marker, ("event", event)),
                                  on_level=on_level, trial_dir=scratch)
             except _NoVerdict as exc:  # run_trial tore the server down on the way out
-                result = TrialResult(outcome="infrastructure", artifacts=scratch, marker=marker, levels=levels,
+                result = TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=scratch, marker=marker, levels=levels,
                                      failure=Failure("no_verdict", "ready", "", True, str(exc)))
             result.artifacts = job.trial_dir
             files = {str(p.relative_to(scratch)): p.read_bytes() for p in scratch.rglob("*") if p.is_file()}
@@ -158,8 +160,8 @@ class _Agent:
 
 # One agent per host (it holds the resource); no CPU reserved (the server's GPUs are the constraint);
 # threads so polls and verdicts are served while ``run`` works; never restarted or retried.
-_AgentActor = ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4, max_restarts=0,
-                         max_task_retries=0)(_Agent)
+_AgentActor = ray.remote(_Agent).options(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4, max_restarts=0,
+                                         max_task_retries=0)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -176,8 +178,8 @@ class _Remote:
     job: Job
     hooks: Hooks
     actor: Any  # the _AgentActor handle running it
-    run: ray.ObjectRef
-    poll: ray.ObjectRef | None
+    run: ray.ObjectRef[Any]
+    poll: ray.ObjectRef[Any] | None
     node: str | None = None  # Ray node id, once known
     host: str = ""
     phase: str = "starting"  # the last phase seen, for the failure record if the worker dies
@@ -197,9 +199,9 @@ class RayRunner:
         connect(address)
         self.address = address
         self.emulate = emulate
-        self._running: dict[ray.ObjectRef, _Remote] = {}  # by the run ref
+        self._running: dict[ray.ObjectRef[Any], _Remote] = {}  # by the run ref
         self._idle: list[_Idle] = []  # agents whose host is free
-        self._sweeps: dict[ray.ObjectRef, float] = {}  # a lost trial's sweep -> when to stop waiting for it
+        self._sweeps: dict[ray.ObjectRef[Any], float] = {}  # a lost trial's sweep -> when to stop waiting for it
         if self.capacity() == 0:
             ray.shutdown()
             raise BadInput(f"the Ray cluster at {address} has no node with the {RESOURCE!r} resource; on each GPU "
@@ -215,7 +217,8 @@ class RayRunner:
         return max(0, self.capacity() - len(self._running) - len(self._sweeps))
 
     def start(self, job: Job, hooks: Hooks) -> None:
-        actor = self._free_agent() or _AgentActor.remote()  # a new agent claims a free host
+        # A new agent claims a free host. Ray types an actor's methods as the plain functions; calls go through `.remote`.
+        actor: Any = self._free_agent() or _AgentActor.remote()
         run = actor.run.remote(job, self.emulate)
         self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(job.marker, POLL_S))
 
@@ -230,7 +233,7 @@ class RayRunner:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in ready:
             if ref in polls:
-                self._relay(polls[ref], again=polls[ref].run not in ready)
+                self._relay(polls[ref], ref, again=polls[ref].run not in ready)
         self._end_sweeps([ref for ref in ready if ref in self._sweeps])
         return [self._collect(self._running.pop(ref)) for ref in ready if ref in self._running]
 
@@ -261,13 +264,13 @@ class RayRunner:
         ray.shutdown()
 
     # -- internals ----------------------------------------------------------------------------
-    def _relay(self, remote: _Remote, *, again: bool) -> None:
+    def _relay(self, remote: _Remote, poll: ray.ObjectRef[list[Message]], *, again: bool) -> None:
         """Hand a poll's messages to the driver's hooks and answer levels; poll ``again`` unless the
         trial ended. A failed poll of a live agent (an RPC that did not get through) is simply
         repeated: giving up on it would leave the trial's next level waiting for a verdict."""
         messages: list[Message] = []
         try:
-            messages = ray.get(remote.poll)
+            messages = ray.get(poll)
         except ActorDiedError:  # the run ref reports it
             again = False
         except RayError:
@@ -299,7 +302,7 @@ class RayRunner:
             where = f" on {remote.host}" if remote.host else ""
             message = (f"the Ray worker running this trial{where} died or stopped answering ({type(exc).__name__}: "
                        "the node was lost or the worker killed); not the config's fault")
-            return remote.job, TrialResult(outcome="infrastructure", artifacts=remote.job.trial_dir,
+            return remote.job, TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=remote.job.trial_dir,
                                            marker=remote.job.marker,
                                            failure=Failure("worker_lost", remote.phase, "", True, message))
         self._dispatch(remote, [m for m in unpolled if m[0] != "level"])  # an unpolled level was never answered
@@ -336,7 +339,7 @@ class RayRunner:
         for node in nodes:
             self._sweeps[self._sweep_ref(node, remote.job.marker)] = deadline
 
-    def _end_sweeps(self, done: list[ray.ObjectRef]) -> None:
+    def _end_sweeps(self, done: list[ray.ObjectRef[Any]]) -> None:
         """Forget sweeps that ended (on a dead node they fail: its processes are gone) or ran out of time."""
         self._gather(done)  # ready: this takes no time, and no failure is left unread
         now = time.monotonic()
@@ -352,11 +355,11 @@ class RayRunner:
             self._sweeps.clear()
 
     @staticmethod
-    def _sweep_ref(node: str, marker: str) -> ray.ObjectRef:
+    def _sweep_ref(node: str, marker: str) -> ray.ObjectRef[Any]:
         return _sweep_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(marker)
 
     @staticmethod
-    def _gather(refs: list[ray.ObjectRef]) -> list[int | None]:
+    def _gather(refs: list[ray.ObjectRef[Any]]) -> list[int | None]:
         """Each sweep's count of killed processes; None where its node was gone or it did not answer in time."""
         counts: list[int | None] = []
         for ref in refs:

@@ -1,7 +1,9 @@
 """Launch profiles: a space's fixed launch plus one config, as argv and environment.
 
 The profile is what a host starts and what a user takes home (shell script, SGLang
-`--config` YAML, JSON). Secrets are only ever named (`secret_env`), never written.
+`--config` YAML, JSON). Secrets are only ever named (`secret_env`), never written: the rules
+for what counts as a secret live here, next to `render`, which refuses a space that would
+write one.
 """
 
 from __future__ import annotations
@@ -9,15 +11,41 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from search.errors import BadInput
 from search.shell_words import one_line, shell_word
+from search.space import Problem, Space, is_flag
 
-if TYPE_CHECKING:
-    from search.space import Space
+# Names that hold credentials, by how they end (HF_TOKEN, OPENAI_API_KEY, PGPASSWORD, --api-key,
+# --ssl-keyfile-password): referenced from the controller's environment, never written. Counts,
+# paths and units are not (--max-total-tokens, HF_TOKEN_PATH, --bucket-time-to-first-token,
+# --kt-max-deferred-experts-per-token).
+SECRET_NAME = re.compile(
+    r"(PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIALS?|APIKEY|(^|_)(?<!FIRST_)(?<!PER_)(TOKEN|KEY))\Z", re.IGNORECASE)
+
+
+def is_secret(name: str) -> bool:
+    """True for names that look like credentials (HF_TOKEN, OPENAI_API_KEY, --api-key, DB_PASSWORD)."""
+    return bool(SECRET_NAME.search(name.lstrip("-").replace("-", "_")))
+
+
+def secret_problems(space: Space) -> list[Problem]:
+    """Where `space` would write a secret's value into a profile: check_space reports these, render refuses.
+
+    A fixed flag named like a secret with a value, or a searched param (flag or env var) named like one."""
+    out = [space._problem(f"launch.flags.{option}", "a secret value would be written into every rendered profile",
+                          "pass it to SGLang through an env var listed in launch.secret_env")
+           for option, value in space.launch.flags.items() if is_secret(option) and value not in (None, False)]
+    for name in filter(is_secret, space.params):
+        fix = ("a flag's value is on the command line, so keep secret flags out of the space" if is_flag(name) else
+               f"export {name} in your environment and list it in launch.secret_env")
+        out.append(space._problem(f"params.{name}", "a secret is never searched: its values would be written "
+                                  "into every rendered profile and log", f"drop it from params and baseline; {fix}"))
+    return out
+
 
 
 @dataclass
@@ -67,8 +95,6 @@ def env_value(value: Any) -> str | None:
 
 def render(space: Space, config: dict[str, Any]) -> LaunchProfile:
     """The fixed launch plus the active params of `config`; inactive params are ignored."""
-    from search.space import is_flag, is_secret, secret_problems
-
     if problems := secret_problems(space):
         raise BadInput(f"secret values are never written, so this space does not render: {problems[0]}")
     launch = space.launch

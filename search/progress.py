@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from search.logwatch import Event
 from search.loadtest import LevelResult
+from search.logwatch import Event
 from search.results import changed, outcome_text
+from search.storage import TrialView, baseline
 from search.study import Listener, StudyRun
 
 
@@ -98,20 +99,21 @@ class StudyProgress:
             self.durations.append(time.monotonic() - now.began)
         value = f", {trial.value:,.0f} tok/s" if trial.value is not None else ""
         where = f" on {now.host}" if now is not None and now.host else ""
-        self._say(f"trial {trial.number}{where}: {outcome_text(trial)}{value}  |  {self._status()}")
+        self._say(f"trial {trial.number}{where}: {outcome_text(TrialView(trial))}{value}  |  {self._status()}")
 
     def note(self, text: str) -> None:
         self._say(text)
 
     # -- rendering --------------------------------------------------------------------------
-    def _best(self) -> tuple[float | None, float | None]:
-        """(best feasible value, baseline value) so far."""
-        if self.run.study is None:
-            return None, None
-        done = self.run.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        ok = [t.value for t in done if t.value is not None and not any(v > 0 for v in (t.constraints or {}).values())]
-        base = [t.value for t in done if t.user_attrs.get("strategy") == "baseline"]
-        return (max(ok) if ok else None), (base[0] if base else None)
+
+    def _best(self) -> str:
+        """The winner so far as every view names it (`search.ranking`), against the baseline."""
+        best = self.run.best()
+        if best is None or best.mean is None:
+            return "-"
+        base = baseline(self.run.study) if self.run.study is not None else None
+        vs = f" ({best.mean / base.value - 1:+.0%} vs baseline {base.value:,.0f})" if base and base.value else ""
+        return f"trial {best.number} {best.mean:,.0f} tok/s{vs}"
 
     def _eta(self) -> float | None:
         if not self.durations:
@@ -121,9 +123,7 @@ class StudyProgress:
         return eta if left is None else min(eta, left)
 
     def _status(self) -> str:
-        best, base = self._best()
-        vs = f" ({best / base - 1:+.0%} vs baseline {base:,.0f})" if best and base else ""
-        return (f"measured {self.run.measured()}/{self.run.n_trials}, best {f'{best:,.0f} tok/s' if best else '-'}{vs}, "
+        return (f"measured {self.run.measured()}/{self.run.n_trials}, best {self._best()}, "
                 f"used {_clock(time.monotonic() - self.began)}, left {_clock(self.run.deadline_left())}, "
                 f"ETA {_clock(self._eta())}")
 

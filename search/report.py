@@ -25,7 +25,7 @@ from typing import Any
 
 import optuna
 import plotly.graph_objects as go
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
@@ -34,7 +34,7 @@ from search.errors import BadInput
 from search.logwatch import PHASES
 from search.output import write_output
 from search.space import Space
-from search.study import DEFAULT_STORAGE, REMEASURE_GPU_ATTR, remeasured, space_of
+from search.storage import DEFAULT_STORAGE, Outcome, Plan, StudyAttr, TrialView, space_of, view, views
 
 TOP = 3  # configs drawn beside the baseline in the per-level charts
 TABLE_ROWS = 12  # rows of the ranking table
@@ -72,25 +72,25 @@ class Section:
 # --------------------------------------------------------------------------- trial facts
 
 
-def _finished(study: optuna.Study) -> list[FrozenTrial]:
+def _finished(study: optuna.Study) -> list[TrialView]:
     """Trials that ran (not skipped, not still running), in number order."""
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [t for t in study.get_trials(deepcopy=False, states=done) if "skipped" not in t.user_attrs]
+    return [t for t in views(study, done) if t.skipped is None]
 
 
-def _outcome(t: FrozenTrial) -> str:
+def _outcome(t: TrialView) -> str:
     """The outcome colour key: completed trials that broke a constraint are ``slo breached``."""
-    outcome = t.user_attrs.get("outcome", "infrastructure" if t.state == TrialState.FAIL else t.state.name.lower())
-    if outcome == "completed" and any(v > 0 for v in (t.constraints or {}).values()):
+    outcome = t.outcome or (Outcome.INFRASTRUCTURE if t.state == TrialState.FAIL else t.state.name.lower())
+    if outcome == Outcome.COMPLETED and t.violated:
         return "slo breached"
     return outcome
 
 
-def _peak(t: FrozenTrial) -> float | None:
+def _peak(t: TrialView) -> float | None:
     """A trial's tok/s for the history: its objective, else the best level it reached."""
     if t.value is not None:
         return t.value
-    levels = [lv["output_throughput"] for lv in t.user_attrs.get("levels", []) if lv.get("output_throughput")]
+    levels = [lv["output_throughput"] for lv in t.levels if lv.get("output_throughput")]
     return max(levels) if levels else None
 
 
@@ -116,14 +116,14 @@ class Palette:
     baseline: int | None
     top: tuple[int, ...]
 
-    def colour(self, t: FrozenTrial) -> str:
+    def colour(self, t: TrialView) -> str:
         if t.number == self.baseline:
             return BASELINE_COLOUR
         if t.number in self.top:
             return TOP_COLOURS[self.top.index(t.number)]
         return OUTCOME_COLOURS.get(_outcome(t), OUTCOME_COLOURS["pruned"])
 
-    def label(self, t: FrozenTrial) -> str:
+    def label(self, t: TrialView) -> str:
         if t.number == self.baseline:
             return f"#{t.number} baseline"
         if t.number in self.top:
@@ -132,16 +132,16 @@ class Palette:
 
 
 def _palette(study: optuna.Study) -> Palette:
-    ranked = [t for t in results.ranked(study) if t.state == TrialState.COMPLETE and _outcome(t) == "completed"]
-    base = next((t.number for t in _finished(study) if t.user_attrs.get("strategy") == "baseline"), None)
+    ranked = [t for t in results.ranked(study) if t.feasible]
+    base = next((t.number for t in _finished(study) if t.plan == Plan.BASELINE), None)
     return Palette(base, tuple(t.number for t in ranked if t.number != base)[:TOP])
 
 
-def _shown(study: optuna.Study, palette: Palette) -> list[FrozenTrial]:
+def _shown(study: optuna.Study, palette: Palette) -> list[TrialView]:
     """The baseline then the top configs, the trials the per-level charts draw."""
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    by_number = {t.number: t for t in views(study)}
     numbers = ([palette.baseline] if palette.baseline is not None else []) + list(palette.top)
-    return [by_number[n] for n in numbers if by_number[n].user_attrs.get("levels")]
+    return [by_number[n] for n in numbers if by_number[n].levels]
 
 
 # --------------------------------------------------------------------------- figure style
@@ -187,7 +187,7 @@ def _duration_unit(seconds: float) -> tuple[float, str]:
 
 def history(study: optuna.Study, palette: Palette) -> Section:
     """Each trial's peak tok/s when it finished, crashes on the floor, and the best feasible so far."""
-    trials = sorted((t for t in _finished(study) if t.datetime_complete), key=lambda t: t.datetime_complete)
+    trials = sorted((t for t in _finished(study) if t.datetime_complete), key=lambda t: t.datetime_complete or datetime.min)
     fig = go.Figure()
     symbols = {"completed": "circle", "slo breached": "circle-open", "pruned": "triangle-down",
                "crashed": "x", "infrastructure": "square-open"}
@@ -233,7 +233,7 @@ def ladder(study: optuna.Study, space: Space, palette: Palette) -> Section:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
                         subplot_titles=("output throughput", "p99 time to first token", "p99 inter-token latency"))
     for t in shown:
-        levels = t.user_attrs["levels"]
+        levels = t.levels
         x = [lv["max_concurrency"] for lv in levels]
         for col, key in enumerate(("output_throughput", "p99_ttft_ms", "p99_itl_ms"), start=1):
             fig.add_trace(go.Scatter(
@@ -270,20 +270,20 @@ def _pareto(points: Sequence[tuple[float, float, str]]) -> list[tuple[float, flo
 
 def latency(study: optuna.Study, space: Space, palette: Palette) -> Section:
     """p99 TTFT and ITL against throughput over every measured level, the Pareto front marked."""
-    trials = [t for t in _finished(study) if t.user_attrs.get("levels")]
+    trials = [t for t in _finished(study) if t.levels]
     if not trials:
         return Section("latency", "Latency against throughput", "", None, "no trial has measured a level yet")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08,
                         subplot_titles=("p99 time to first token", "p99 inter-token latency"))
     for col, key in enumerate(("p99_ttft_ms", "p99_itl_ms"), start=1):
         points = [(lv["output_throughput"], lv[key], f"{palette.label(t)} at {lv['max_concurrency']}")
-                  for t in trials for lv in t.user_attrs["levels"]
+                  for t in trials for lv in t.levels
                   if lv.get(key) is not None and lv.get("output_throughput")]
         fig.add_trace(go.Scatter(
             x=[p[0] for p in points], y=[p[1] for p in points], mode="markers", name="trial level",
             showlegend=col == 1, legendgroup="levels",
             marker={"size": 8, "opacity": 0.75, "line": {"width": 0},
-                    "color": [palette.colour(t) for t in trials for lv in t.user_attrs["levels"]
+                    "color": [palette.colour(t) for t in trials for lv in t.levels
                               if lv.get(key) is not None and lv.get("output_throughput")]},
             text=[p[2] for p in points], hovertemplate="%{text}<br>%{x:,.0f} tok/s, %{y:,.1f} ms<extra></extra>"),
             row=1, col=col)
@@ -383,7 +383,7 @@ def outcomes(study: optuna.Study, space: Space) -> Section:
                 hit = [t for t in group if _outcome(t) == "crashed" and _crash_phase(t) == phase]
                 z_row.append(len(hit) / len(group))
                 text_row.append(f"{len(hit)}/{len(group)}" if hit else "")
-                lines = "<br>".join(f"#{t.number}: {html.escape(_short(t.user_attrs.get('failure', {}).get('line', '')))}"
+                lines = "<br>".join(f"#{t.number}: {html.escape(_short((t.failure or {}).get('line', '')))}"
                                     for t in hit[:6])
                 hover_row.append(f"<b>{html.escape(name)} = {html.escape(label)}</b><br>crashed in "
                                  f"{PHASE_LABELS[phase]}: {len(hit)} of {len(group)} trials" + (f"<br>{lines}" if lines else ""))
@@ -403,8 +403,8 @@ def outcomes(study: optuna.Study, space: Space) -> Section:
                    "Hover for the deciding log line.", fig)
 
 
-def _crash_phase(t: FrozenTrial) -> str:
-    phase = (t.user_attrs.get("failure") or {}).get("phase") or "starting"
+def _crash_phase(t: TrialView) -> str:
+    phase = (t.failure or {}).get("phase") or "starting"
     return "load_test" if phase == "ready" else phase if phase in PHASES else "starting"
 
 
@@ -415,22 +415,22 @@ def _short(line: str, width: int = 140) -> str:
 
 def startup(study: optuna.Study, palette: Palette) -> Section:
     """Seconds per startup phase for each trial, a cross where a start crashed."""
-    trials = [t for t in _finished(study) if t.user_attrs.get("phases")]
+    trials = [t for t in _finished(study) if t.phases]
     if not trials:
         return Section("startup", "Startup time by phase", "", None, "no startup was recorded")
     labels = [palette.label(t) for t in trials]
     fig = go.Figure()
     for phase in PHASES:
-        if phase not in PHASE_COLOURS or not any(phase in t.user_attrs["phases"] for t in trials):
+        if phase not in PHASE_COLOURS or not any(phase in t.phases for t in trials):
             continue
-        fig.add_trace(go.Bar(y=labels, x=[t.user_attrs["phases"].get(phase, {}).get("duration", 0.0) for t in trials],
+        fig.add_trace(go.Bar(y=labels, x=[t.phases.get(phase, {}).get("duration", 0.0) for t in trials],
                              name=PHASE_LABELS[phase], orientation="h", marker={"color": PHASE_COLOURS[phase]},
                              hovertemplate=f"%{{y}}: {PHASE_LABELS[phase]} %{{x:,.1f}} s<extra></extra>"))
     crashed = [t for t in trials if _outcome(t) == "crashed" and _crash_phase(t) != "load_test"]
     if crashed:
         fig.add_trace(go.Scatter(
             y=[palette.label(t) for t in crashed], mode="markers", name="crashed",
-            x=[sum(p.get("duration", 0.0) for n, p in t.user_attrs["phases"].items() if n in PHASE_COLOURS) for t in crashed],
+            x=[sum(p.get("duration", 0.0) for n, p in t.phases.items() if n in PHASE_COLOURS) for t in crashed],
             marker={"symbol": "x", "size": 12, "color": OUTCOME_COLOURS["crashed"]},
             text=[html.escape(results.outcome_text(t)) for t in crashed], hovertemplate="%{y}: %{text}<extra></extra>"))
     fig.update_layout(barmode="stack")
@@ -443,7 +443,7 @@ def startup(study: optuna.Study, palette: Palette) -> Section:
 
 def power(study: optuna.Study, palette: Palette) -> Section:
     """Mean power per GPU at each level against the board limit, where the host reported it."""
-    readings = {t.number: [g for g in t.user_attrs.get("gpu", []) if g.get("power_w") is not None]
+    readings = {t.number: [g for g in t.gpu if g.get("power_w") is not None]
                 for t in _finished(study)}
     trials = [t for t in _finished(study) if readings[t.number]]
     if not trials:
@@ -480,10 +480,10 @@ def gpu_time(study: optuna.Study) -> Section:
     spent: dict[str, float] = {}
     for t in _finished(study):
         key = _outcome(t)
-        spent[key] = spent.get(key, 0.0) + float(t.user_attrs.get("gpu_seconds", 0.0))
+        spent[key] = spent.get(key, 0.0) + t.gpu_seconds
     colours = {**OUTCOME_COLOURS, "re-measurement": REMEASURE_COLOUR}
-    if study.user_attrs.get(REMEASURE_GPU_ATTR):
-        spent["re-measurement"] = float(study.user_attrs[REMEASURE_GPU_ATTR])
+    if study.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS):
+        spent["re-measurement"] = float(study.user_attrs[StudyAttr.REMEASURE_GPU_SECONDS])
     fig = go.Figure()
     for outcome, seconds in spent.items():
         fig.add_trace(go.Bar(y=["spent"], x=[seconds / div], name=outcome, orientation="h",
@@ -511,17 +511,17 @@ def _headline(study: optuna.Study, storage: str) -> str:
     if gain is None:
         return ('<section class="card headline"><h2>No winner yet</h2><p>The study needs a completed baseline and '
                 'a completed trial that meets the SLOs before it can name a best config.</p></section>')
-    best = results.trial(study, gain["best_trial"])
-    base = results.trial(study, gain["baseline_trial"])
+    best = view(study, gain["best_trial"])
+    base = view(study, gain["baseline_trial"])
     space = space_of(study)
-    again = remeasured(study).get(best.number, [])
-    values = [best.value, *again]
+    again = best.remeasured
+    values = best.measurements
     spread = (f"re-measured {len(values)}×: {', '.join(f'{v:,.0f}' for v in values)} tok/s "
               f"(spread {max(values) - min(values):,.0f}, {((max(values) - min(values)) / statistics.fmean(values)):.1%})"
               if again else "measured once (the study ended before re-measuring)")
     flags = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(old)}</td><td>→</td>"
                     f"<td><b>{html.escape(new)}</b></td></tr>" for n, old, new in _diff(space.clean(best.params), space.clean(base.params)))
-    at = best.user_attrs.get("peak_concurrency")
+    at = best.peak_concurrency
     return f"""<section class="card headline">
   <div class="hero">
     <div class="big" style="color:{TOP_COLOURS[0]}">{gain['gain']:+.0%}</div>

@@ -1,9 +1,7 @@
-"""Views on a study: the ranking, the table, counts, gain, GPU time, importances, one trial's story.
+"""Views on a study: the ranked table, counts, gain, GPU time, importances, one trial's story.
 
-Everything here reads the per-trial user attributes of docs/architecture.md and never writes the
-storage. The ranking is the one `search study export` uses: re-measured configs first, by the mean
-of all their measurements (a lucky single run cannot beat a config measured three times), then
-the other feasible completed trials, then the infeasible, pruned, crashed and failed ones.
+Everything here reads the stored record through `search.storage` and never writes the storage;
+the order is `search.ranking`'s, the one every view and the export use.
 """
 
 from __future__ import annotations
@@ -18,18 +16,20 @@ from typing import Any
 
 import optuna
 import pandas as pd
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
 
 from search.errors import BadInput
+from search.ranking import Ranking
 from search.space import Space
-from search.study import remeasured, space_of
+from search.storage import Constraint, Outcome, Plan, StudyAttr, TrialView, baseline, space_of, view, views
 from search.varied import varied_params
 
 FORMATS = ("table", "csv", "json")
 MIN_FOR_IMPORTANCE = 3  # completed trials before parameter importances mean anything
 CONTEXT_LINES = 3  # server.log lines shown either side of a failure line
+BROKEN = {Constraint.SLO: "SLO breached", Constraint.CORRECTNESS: "answers differ"}  # a completed trial's violated constraints
 _PHASE_SHORT = {"starting": "start", "loading": "load", "kv_cache": "kv", "autotune": "tune",
                 "cuda_graph": "graph", "warmup": "warm", "ready": "ready"}
 
@@ -37,76 +37,41 @@ _PHASE_SHORT = {"starting": "start", "loading": "load", "kv_cache": "kv", "autot
 # --------------------------------------------------------------------------- ranking
 
 
-def _feasible(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE and not any(v > 0 for v in (t.constraints or {}).values())
+def ranking(study: optuna.Study) -> Ranking:
+    """The ranking of the study's space."""
+    return Ranking.of(space_of(study))
 
 
-def _measurements(t: FrozenTrial, again: dict[int, list[float]]) -> list[float]:
-    return ([t.value] if t.value is not None else []) + again.get(t.number, [])
+def ranked(study: optuna.Study) -> list[TrialView]:
+    """Every trial that ran or runs, best first (`search.ranking`); skipped trials last."""
+    return ranking(study).ranked(views(study))
 
 
-def _tier(t: FrozenTrial, again: dict[int, list[float]]) -> int:
-    if "skipped" in t.user_attrs:
-        return 7
-    if _feasible(t):
-        return 0 if t.number in again else 1
-    order = {TrialState.COMPLETE: 2, TrialState.PRUNED: 3, TrialState.FAIL: 5}
-    tier = order.get(t.state, 6)
-    return 4 if tier == 3 and t.user_attrs.get("outcome") == "crashed" else tier
-
-
-def _sort_value(t: FrozenTrial, again: dict[int, list[float]]) -> float:
-    values = _measurements(t, again)
-    if values:
-        return statistics.fmean(values)
-    return max(t.intermediate_values.values(), default=0.0)
-
-
-def ranked(study: optuna.Study) -> list[FrozenTrial]:
-    """Every trial that ran or runs, best first (see the module docstring); skipped trials last.
-
-    Planned trials still WAITING when a run ended have not run: they are not results.
-    """
-    again = remeasured(study)
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
-    return sorted(trials, key=lambda t: (_tier(t, again), -_sort_value(t, again), t.number))
-
-
-def best(study: optuna.Study) -> FrozenTrial:
-    """The trial the export takes by default: the top of the ranking, which must be feasible."""
-    top = next(iter(ranked(study)), None)
-    if top is None or not _feasible(top):
+def best(study: optuna.Study) -> TrialView:
+    """The trial the export takes by default: the winner of the ranking."""
+    top = ranking(study).best(views(study))
+    if top is None:
         raise BadInput(f"study {study.study_name!r} has no completed trial that meets its SLOs yet; "
                        "export a given trial with --trial N")
     return top
 
 
-def trial(study: optuna.Study, number: int) -> FrozenTrial:
-    """Trial ``number`` of the study; BadInput naming the range otherwise."""
-    trials = study.get_trials(deepcopy=False)
-    if not 0 <= number < len(trials):
-        raise BadInput(f"study {study.study_name!r} has no trial {number}; its trials are 0..{len(trials) - 1}")
-    return trials[number]
-
-
 # --------------------------------------------------------------------------- one row
 
 
-def outcome_text(t: FrozenTrial) -> str:
+def outcome_text(t: TrialView) -> str:
     """``crashed at autotune (oom)``, ``pruned at 256: 480 tok/s below ...``, ``completed, SLO breached``."""
-    outcome = t.user_attrs.get("outcome", t.state.name.lower())
-    failure = t.user_attrs.get("failure") or {}
-    if "skipped" in t.user_attrs:
-        return f"skipped: {t.user_attrs['skipped']}"
-    if outcome in ("crashed", "infrastructure") and failure:
+    outcome = t.outcome or t.state.name.lower()
+    failure = t.failure or {}
+    if t.skipped is not None:
+        return f"skipped: {t.skipped}"
+    if outcome in (Outcome.CRASHED, Outcome.INFRASTRUCTURE) and failure:
         return f"{outcome} at {failure.get('phase', '?')} ({failure.get('kind', '?')})"
-    if outcome == "pruned":
-        levels = t.user_attrs.get("levels", [])
-        where = f" at {levels[-1]['max_concurrency']}" if levels else ""
-        return f"pruned{where}: {t.user_attrs.get('pruned_because', '')}".rstrip(": ")
-    broken = [name for name, v in (t.constraints or {}).items() if v > 0]
-    return outcome + (f", {' and '.join('SLO breached' if b == 'slo' else 'answers differ' for b in broken if b != 'crashed')}"
-                      if broken else "")
+    if outcome == Outcome.PRUNED:
+        where = f" at {t.levels[-1]['max_concurrency']}" if t.levels else ""
+        return f"pruned{where}: {t.pruned_because}".rstrip(": ")
+    broken = [BROKEN[Constraint(name)] for name in t.violated if name in BROKEN]
+    return outcome + (f", {' and '.join(broken)}" if broken else "")
 
 
 def changed(params: dict[str, Any], baseline: dict[str, Any]) -> str:
@@ -124,19 +89,19 @@ def startup_text(phases: dict[str, dict[str, float]]) -> str:
                     for name, span in phases.items() if name != "ready")
 
 
-def _level_at(t: FrozenTrial, concurrency: int | None) -> dict[str, Any] | None:
-    levels = t.user_attrs.get("levels", [])
+def _level_at(t: TrialView, concurrency: int | None) -> dict[str, Any] | None:
+    levels = t.levels
     match = [lv for lv in levels if lv.get("max_concurrency") == concurrency]
     return match[0] if match else (levels[-1] if levels else None)
 
 
-def _top_gpu(t: FrozenTrial) -> dict[str, Any] | None:
+def _top_gpu(t: TrialView) -> dict[str, Any] | None:
     """The GPU record of the highest level measured: what the GPUs did under the most load.
 
     Not the peak level's: a pruned or crashed trial, or one where no level met the SLOs, has
     none, and those are the trials where "were the GPUs even busy?" matters most.
     """
-    return max(t.user_attrs.get("gpu", []), key=lambda g: g["concurrency"], default=None)
+    return max(t.gpu, key=lambda g: g["concurrency"], default=None)
 
 
 def gpu_text(g: dict[str, Any] | None) -> str:
@@ -148,36 +113,37 @@ def gpu_text(g: dict[str, Any] | None) -> str:
     return f"{g['power_w']:.0f}{limit} W{busy}"
 
 
-def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str, Any]:
+def row(t: TrialView, space: Space) -> dict[str, Any]:
     """One trial as a flat record (the table, the CSV and the JSON share it)."""
-    peak_c = t.user_attrs.get("peak_concurrency")
+    peak_c = t.peak_concurrency
     at = _level_at(t, peak_c)
-    values = _measurements(t, again)
+    values = t.measurements
+    again = bool(t.remeasured) and bool(values)
     rec: dict[str, Any] = {
         "trial": t.number,
         "state": t.state.name,
         "outcome": outcome_text(t),
-        "peak_tok_s": t.user_attrs.get("peak_output_throughput"),
+        "peak_tok_s": t.peak,
         "at_concurrency": peak_c,
     }
-    by_level = {lv["max_concurrency"]: lv["output_throughput"] for lv in t.user_attrs.get("levels", [])}
+    by_level = {lv["max_concurrency"]: lv["output_throughput"] for lv in t.levels}
     for c in space.load_test.concurrency:
         rec[f"tok_s@{c}"] = by_level.get(c)
     top_gpu = _top_gpu(t)
     rec.update({
         "p99_ttft_ms": at["p99_ttft_ms"] if at else None,
         "p99_itl_ms": at["p99_itl_ms"] if at else None,
-        "mean_tok_s": statistics.fmean(values) if t.number in again and values else None,
-        "spread_tok_s": (max(values) - min(values)) if t.number in again and values else None,
-        "repeats": len(values) if t.number in again else None,
-        "changed": "(baseline)" if t.user_attrs.get("strategy") == "baseline" else changed(space.clean(t.params), dict(space.baseline or {})),
-        "startup_s": startup_text(t.user_attrs.get("phases", {})),
+        "mean_tok_s": t.mean if again else None,
+        "spread_tok_s": (max(values) - min(values)) if again else None,
+        "repeats": len(values) if t.remeasured else None,
+        "changed": "(baseline)" if t.plan == Plan.BASELINE else changed(space.clean(t.params), dict(space.baseline or {})),
+        "startup_s": startup_text(t.phases),
         "gpu_power": gpu_text(top_gpu),  # at the highest level measured, gpu_at
         "gpu_at": top_gpu["concurrency"] if top_gpu else None,
         "gpu_limit_w": top_gpu.get("power_limit_w") if top_gpu else None,
-        "host": t.user_attrs.get("host", ""),
+        "host": t.host,
     })
-    gpu_by_level = {g["concurrency"]: g for g in t.user_attrs.get("gpu", [])}
+    gpu_by_level = {g["concurrency"]: g for g in t.gpu}
     for c in space.load_test.concurrency:
         rec[f"gpu_w@{c}"] = gpu_by_level.get(c, {}).get("power_w")
         rec[f"gpu_util@{c}"] = gpu_by_level.get(c, {}).get("utilization_pct")
@@ -190,9 +156,8 @@ def row(t: FrozenTrial, space: Space, again: dict[int, list[float]]) -> dict[str
 def table(study: optuna.Study, top: int | None = None) -> pd.DataFrame:
     """The ranked table (skipped trials excluded; `counts` has them)."""
     space = space_of(study)
-    again = remeasured(study)
-    shown = [t for t in ranked(study) if "skipped" not in t.user_attrs]
-    rows = [row(t, space, again) for t in shown[:top]]
+    shown = [t for t in ranking(study).ranked(views(study)) if t.skipped is None]
+    rows = [row(t, space) for t in shown[:top]]
     frame = pd.DataFrame(rows).convert_dtypes()  # nullable ints: "16", not "16.0", beside missing values
     if not frame.empty:
         frame.insert(0, "rank", range(1, len(frame) + 1))
@@ -202,55 +167,43 @@ def table(study: optuna.Study, top: int | None = None) -> pd.DataFrame:
 def counts(study: optuna.Study) -> dict[str, int]:
     """Trials by outcome; skipped (never started) and retries counted apart."""
     found: Counter[str] = Counter()
-    for t in study.get_trials(deepcopy=False):
-        if "skipped" in t.user_attrs:
+    for t in views(study):
+        if t.skipped is not None:
             found["skipped"] += 1
         elif t.state in (TrialState.RUNNING, TrialState.WAITING):
             found[t.state.name.lower()] += 1
         else:
-            found[t.user_attrs.get("outcome", t.state.name.lower())] += 1
-        if "retry_of" in t.user_attrs:
+            found[t.outcome or t.state.name.lower()] += 1
+        if t.retry_of is not None:
             found["retries"] += 1
     return dict(found)
 
 
-def _baseline(study: optuna.Study) -> FrozenTrial | None:
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("strategy") == "baseline"]
-    return done[0] if done else None
-
-
 def gain(study: optuna.Study) -> dict[str, Any] | None:
-    """The best feasible result against the baseline's; None until both exist."""
-    base = _baseline(study)
-    try:
-        top = best(study)
-    except BadInput:
+    """The winner against the baseline; None until both exist."""
+    base = baseline(study)
+    top = ranking(study).best(views(study))
+    if base is None or top is None or not base.value or top.mean is None:
         return None
-    if base is None or not base.value:
-        return None
-    again = remeasured(study)
-    value = statistics.fmean(_measurements(top, again))
     return {"baseline_trial": base.number, "baseline_tok_s": base.value, "best_trial": top.number,
-            "best_tok_s": value, "gain": value / base.value - 1.0}
+            "best_tok_s": top.mean, "gain": top.mean / base.value - 1.0}
 
 
 def gpu_time(study: optuna.Study) -> dict[str, float]:
     """GPU seconds spent, and saved by ending trials early: a pruned or crashed trial saved what a
     typical completed trial cost beyond its own time; a skipped one saved all of it."""
-    trials = study.get_trials(deepcopy=False)
-    spent = sum(float(t.user_attrs.get("gpu_seconds", 0.0)) for t in trials) + study.user_attrs.get("remeasure_gpu_seconds", 0.0)
-    full = [float(t.user_attrs["gpu_seconds"]) for t in trials
-            if t.user_attrs.get("outcome") == "completed" and "gpu_seconds" in t.user_attrs]
+    trials = views(study)
+    spent = sum(t.gpu_seconds for t in trials) + float(study.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS, 0.0))
+    full = [t.gpu_seconds for t in trials if t.outcome == Outcome.COMPLETED and t.gpu_seconds]
     if not full:
         return {"spent_s": spent, "saved_s": 0.0}
     typical = statistics.median(full)
     saved = 0.0
     for t in trials:
-        if "skipped" in t.user_attrs:
+        if t.skipped is not None:
             saved += typical
-        elif t.user_attrs.get("outcome") in ("pruned", "crashed"):
-            saved += max(0.0, typical - float(t.user_attrs.get("gpu_seconds", 0.0)))
+        elif t.outcome in (Outcome.PRUNED, Outcome.CRASHED):
+            saved += max(0.0, typical - t.gpu_seconds)
     return {"spent_s": spent, "saved_s": saved}
 
 
@@ -281,8 +234,7 @@ def summary(study: optuna.Study, top: int | None = None) -> dict[str, Any]:
     return {
         "study": study.study_name,
         "trials": json.loads(frame.to_json(orient="records")) if not frame.empty else [],
-        "skipped": [{"trial": t.number, "reason": t.user_attrs["skipped"]} for t in study.get_trials(deepcopy=False)
-                    if "skipped" in t.user_attrs],
+        "skipped": [{"trial": t.number, "reason": t.skipped} for t in views(study) if t.skipped is not None],
         "counts": counts(study),
         "gain": gain(study),
         "gpu_time": gpu_time(study),
@@ -363,21 +315,21 @@ def failure_context(log: Path, line: str, around: int = CONTEXT_LINES) -> list[s
 
 def trial_detail(study: optuna.Study, number: int) -> dict[str, Any]:
     """`trial show` as data: timeline, failure with context, levels, artifacts."""
-    t = trial(study, number)
-    artifacts = Path(t.user_attrs.get("artifacts", ""))
-    failure = t.user_attrs.get("failure")
+    t = view(study, number)
+    artifacts = Path(t.artifacts)
+    failure = t.failure
     return {
         "trial": t.number,
         "state": t.state.name,
         "outcome": outcome_text(t),
         "value": t.value,
         "params": space_of(study).clean(t.params),
-        "phases": t.user_attrs.get("phases", {}),
+        "phases": t.phases,
         "failure": failure,
         "failure_context": failure_context(artifacts / "server.log", failure.get("line", "")) if failure else [],
-        "levels": t.user_attrs.get("levels", []),
-        "gpu": t.user_attrs.get("gpu", []),
-        "remeasured": remeasured(study).get(t.number, []),
+        "levels": t.levels,
+        "gpu": t.gpu,
+        "remeasured": list(t.remeasured),
         "artifacts": sorted(str(p) for p in artifacts.rglob("*") if p.is_file()) if artifacts.is_dir() else [],
     }
 

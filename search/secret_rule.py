@@ -1,6 +1,6 @@
 """The one advice for a secret's value found where values are written down.
 
-A name holds a credential when `search.space.is_secret` says so (HF_TOKEN, OPENAI_API_KEY,
+A name holds a credential when `search.profile.is_secret` says so (HF_TOKEN, OPENAI_API_KEY,
 ``--api-key``, DB_PASSWORD). Its value never goes into a file or a command that `search` keeps or
 shows: not a space file, not a launch command given to ``--start-from`` or ``space check
 --command``, not ``hosts.yaml``. It is exported on the controller and named in the space's

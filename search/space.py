@@ -1,19 +1,19 @@
 """Space files: what to launch, what to search, how to judge it.
 
-A space is YAML validated by pydantic (structure) and then by `check_space` against an
-SGLang flag manifest (meaning), so a night is never spent on a flag the target rejects.
+A space is YAML validated here by pydantic (structure), then by `search.space_check` against
+an SGLang flag manifest (meaning), so a night is never spent on a flag the target rejects.
 Every problem becomes one `Problem` line: file, key, what is wrong, what is allowed.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal, Mapping, NoReturn, Union
+from typing import Annotated, Any, Literal, NoReturn
 
 import optuna
 import yaml
@@ -35,21 +35,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from search.errors import BadInput
-from search.manifests import DEFAULT_VERSION, Flag, Manifest, ManifestError
 from search.grid import reachable_highs
+from search.manifests import DEFAULT_VERSION
 from search.yaml_keys import duplicate_keys
 
-Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
-Choice = Union[Scalar, None]
-FlagValue = Union[Scalar, list[Union[StrictInt, StrictFloat, StrictStr]], None]
+Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
+Choice = Scalar | None
+FlagValue = Scalar | list[StrictInt | StrictFloat | StrictStr] | None
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Names that hold credentials, by how they end (HF_TOKEN, OPENAI_API_KEY, PGPASSWORD, --api-key,
-# --ssl-keyfile-password): referenced from the controller's environment, never written. Counts,
-# paths and units are not (--max-total-tokens, HF_TOKEN_PATH, --bucket-time-to-first-token,
-# --kt-max-deferred-experts-per-token).
-SECRET_NAME = re.compile(
-    r"(PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIALS?|APIKEY|(^|_)(?<!FIRST_)(?<!PER_)(TOKEN|KEY))\Z", re.IGNORECASE)
 PHASE_TIMEOUTS: dict[str, float] = {
     "starting": 300.0,
     "loading": 1800.0,
@@ -59,13 +53,6 @@ PHASE_TIMEOUTS: dict[str, float] = {
     "warmup": 600.0,
 }
 DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
-# Flag kinds a bool param can switch: present = on, absent = off.
-_SWITCH_KINDS = frozenset({"store_true", "deprecated_store_true"})
-
-
-def is_secret(name: str) -> bool:
-    """True for names that look like credentials (HF_TOKEN, OPENAI_API_KEY, --api-key, DB_PASSWORD)."""
-    return bool(SECRET_NAME.search(name.lstrip("-").replace("-", "_")))
 
 
 def is_flag(name: str) -> bool:
@@ -77,7 +64,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Condition = dict[str, Union[Choice, list[Choice]]]
+Condition = dict[str, Choice | list[Choice]]
 
 
 class _Param(_Model):
@@ -178,7 +165,7 @@ class BoolParam(_Param):
         return optuna.distributions.CategoricalDistribution([False, True])
 
 
-Param = Annotated[Union[IntParam, FloatParam, CategoricalParam, BoolParam], Field(discriminator="type")]
+Param = Annotated[IntParam | FloatParam | CategoricalParam | BoolParam, Field(discriminator="type")]
 
 
 class Launch(_Model):
@@ -191,7 +178,7 @@ class Launch(_Model):
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
     flags: dict[str, FlagValue] = Field(default_factory=dict)
-    env: dict[str, Union[StrictStr, StrictInt, StrictFloat]] = Field(default_factory=dict)
+    env: dict[str, StrictStr | StrictInt | StrictFloat] = Field(default_factory=dict)
     secret_env: list[StrictStr] = Field(default_factory=lambda: ["HF_TOKEN"])
 
     def options(self) -> list[tuple[str, str, Any]]:
@@ -300,7 +287,7 @@ class Space(_Model):
                 out[name] = config[name]
         return out
 
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+    def suggest(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
         """Sample a config; inactive params are not suggested and stay absent."""
         config: dict[str, Any] = {}
         for name in self.order():
@@ -319,8 +306,7 @@ class Space(_Model):
 
     def clean(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """A config from stored Optuna params, floats snapped to their step as `suggest` returned them."""
-        return {k: self.params[k].clean(v) if isinstance(self.params.get(k), FloatParam) else v
-                for k, v in params.items()}
+        return {k: p.clean(v) if isinstance(p := self.params.get(k), FloatParam) else v for k, v in params.items()}
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """Optuna distributions by param name (for enqueueing and grids)."""
@@ -523,7 +509,8 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
         msg, allowed = f"unknown value {err['input']!r}", str(ctx.get("expected"))
     elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         allowed = "int, float, categorical, bool"
-        msg = "missing or unknown param type" if err["type"] == "union_tag_not_found" else f"unknown param type {err['input'].get('type')!r}"
+        msg = ("missing or unknown param type" if err["type"] == "union_tag_not_found"
+               else f"unknown param type {err['input'].get('type')!r}")
     elif err["type"] == "extra_forbidden":
         msg = "unknown key"
         allowed = _allowed_keys(err["loc"])
@@ -532,192 +519,21 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
     return Problem(source, key, msg, allowed)
 
 
+_PARAM_MODELS: dict[str, type[BaseModel]] = {"int": IntParam, "float": FloatParam, "categorical": CategoricalParam,
+                                             "bool": BoolParam}
+_SECTION_MODELS: dict[str, type[BaseModel]] = {"launch": Launch, "load_test": LoadTest, "objective": Objective,
+                                               "slos": Slos}
+
+
 def _allowed_keys(loc: Iterable[Any]) -> str | None:
     """The keys the model around an unknown key accepts, found by walking the schema."""
     parts = list(loc)[:-1]
     model: type[BaseModel] = Space
     if parts[:1] == ["params"] and len(parts) >= 3 and parts[2] in _TAGS:
-        model = {"int": IntParam, "float": FloatParam, "categorical": CategoricalParam, "bool": BoolParam}[parts[2]]
+        model = _PARAM_MODELS[parts[2]]
     elif parts:
-        sub = {"launch": Launch, "load_test": LoadTest, "objective": Objective, "slos": Slos}.get(str(parts[0]))
+        sub = _SECTION_MODELS.get(str(parts[0]))
         if sub is None:
             return None
         model = sub
     return ", ".join(model.model_fields)
-
-
-# ---------------------------------------------------------------- checking against a manifest
-
-
-def check_space(space: Space, manifest: Manifest) -> CheckReport:
-    """Every problem of `space` for the SGLang whose flags `manifest` lists (errors + warnings)."""
-    report = CheckReport()
-    add = report.problems.extend
-    add(_structure_problems(space))
-    add(secret_problems(space))
-    claimed: dict[str, str] = {}
-    for key, option, value in space.launch.options():
-        flag = _claim(space, manifest, option, "launch", claimed, report)
-        if flag is not None:
-            add(value_problems(manifest, flag, option, value, space.source, key))
-    for option, value in space.launch.flags.items():
-        key = f"launch.flags.{option}"
-        flag = _claim(space, manifest, option, key, claimed, report)
-        if flag is not None and value is not None and value is not False:
-            add(value_problems(manifest, flag, option, value, space.source, key))
-    for name, param in space.params.items():
-        key = f"params.{name}"
-        if is_flag(name):
-            flag = _claim(space, manifest, name, key, claimed, report)
-            if flag is not None:
-                add(_param_problems(space, manifest, flag, name, param, key))
-        elif not ENV_NAME.match(name):
-            add([space._problem(key, f"{name!r} is neither a flag (--name) nor a valid env var name",
-                                "letters, digits and _, not starting with a digit")])
-    if space.baseline is not None and report.ok:
-        add(_argv_problems(space, manifest, space.baseline, "baseline"))
-    return report
-
-
-def secret_problems(space: Space) -> list[Problem]:
-    """Where `space` would write a secret's value into a profile: check_space reports these, render refuses.
-
-    A fixed flag named like a secret with a value, or a searched param (flag or env var) named like one."""
-    out = [space._problem(f"launch.flags.{option}", "a secret value would be written into every rendered profile",
-                          "pass it to SGLang through an env var listed in launch.secret_env")
-           for option, value in space.launch.flags.items() if is_secret(option) and value not in (None, False)]
-    for name in filter(is_secret, space.params):
-        fix = ("a flag's value is on the command line, so keep secret flags out of the space" if is_flag(name) else
-               f"export {name} in your environment and list it in launch.secret_env")
-        out.append(space._problem(f"params.{name}", "a secret is never searched: its values would be written "
-                                  "into every rendered profile and log", f"drop it from params and baseline; {fix}"))
-    return out
-
-
-def _claim(space: Space, manifest: Manifest, option: str, key: str, claimed: dict[str, str],
-           report: CheckReport) -> Flag | None:
-    """Resolve `option`, report unknown/abbreviated/deprecated/duplicate; the flag or None."""
-    flag = manifest.flag(option) if is_flag(option) else None
-    if flag is None:
-        report.problems.append(space._problem(key, unknown_flag(manifest, option)))
-        return None
-    if flag.dest in claimed and key != "launch":
-        report.problems.append(space._problem(key, f"{option} sets {flag.dest}, already set by {claimed[flag.dest]}"))
-    claimed.setdefault(flag.dest, key if key != "launch" else f"launch ({option})")
-    if option not in flag.options:
-        report.problems.append(space._problem(key, f"{option} abbreviates {flag.options[0]}; write it in full "
-                                              "(abbreviations break when a later SGLang adds a flag)", warning=True))
-    report.problems.extend(deprecation(manifest, flag, option, space.source, key))
-    return flag
-
-
-def deprecation(manifest: Manifest, flag: Flag, option: str, source: str, key: str) -> list[Problem]:
-    """A warning naming the replacement when SGLang marks the flag deprecated."""
-    if not flag.deprecated and not flag.kind.startswith("deprecated"):
-        return []
-    instead = flag.replacement or flag.new_flag
-    use = f"; use {instead} instead" if instead else ""
-    return [Problem(source, key, f"{option} is deprecated in SGLang {manifest.version}{use}", warning=True)]
-
-
-def unknown_flag(manifest: Manifest, option: str) -> str:
-    """`unknown flag --x in SGLang V`, with the closest real options when there are any."""
-    names = [o for f in manifest.flags for o in f.options if o.startswith("--")]
-    close = difflib.get_close_matches(option, names, n=3, cutoff=0.75)
-    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-    return f"unknown flag {option} in SGLang {manifest.version}{hint}"
-
-
-def value_problems(manifest: Manifest, flag: Flag, option: str, value: Any, source: str, key: str) -> list[Problem]:
-    """Whether SGLang's parser accepts `value` for `flag`, in our words."""
-    from search.profile import flag_tokens
-
-    if flag.choices is not None and not isinstance(value, (bool, list)) and str(value) not in map(str, flag.choices):
-        return [Problem(source, key, f"{value!r} is not a choice of {option}", ", ".join(map(str, flag.choices)))]
-    if value is True and flag.takes_value:
-        return [Problem(source, key, f"{option} takes a value, not true", _flag_type(flag))]
-    if not flag.takes_value and value is not True:
-        return [Problem(source, key, f"{option} is a switch: write true (present) or omit it", "true")]
-    try:
-        manifest.parse(["--model-path", "probe", *flag_tokens(option, value)])
-    except ManifestError as exc:
-        return [Problem(source, key, str(exc), _flag_type(flag))]
-    return []
-
-
-def _flag_type(flag: Flag) -> str:
-    kind = "switch" if not flag.takes_value else (flag.type or "str")
-    return kind + (f" (nargs {flag.nargs})" if flag.nargs not in (None, 0) else "")
-
-
-def _param_problems(space: Space, manifest: Manifest, flag: Flag, name: str, param: Any, key: str) -> list[Problem]:
-    if isinstance(param, BoolParam):
-        if flag.kind not in _SWITCH_KINDS:
-            return [space._problem(key, f"type bool needs a store_true flag; {name} is {_flag_type(flag)}",
-                                   "categorical with the values to try")]
-        return []
-    if flag.kind in _SWITCH_KINDS:
-        return [space._problem(key, f"{name} is a store_true switch; use type: bool", "bool")]
-    if not flag.takes_value or flag.kind not in ("store", "deprecated_alias"):
-        return [space._problem(key, f"{name} ({flag.kind}) cannot be searched", "store flags and store_true switches")]
-    if isinstance(param, FloatParam) and flag.type not in ("float", None, "str"):
-        return [space._problem(key, f"type float but {name} takes {flag.type}", f"type {flag.type}")]
-    values = param.choices if isinstance(param, CategoricalParam) else [param.low, param.high]
-    out: list[Problem] = []
-    for i, value in enumerate(values):
-        if value is None:
-            continue
-        where = f"{key}.choices[{i}]" if isinstance(param, CategoricalParam) else f"{key}.{('low', 'high')[i]}"
-        out.extend(value_problems(manifest, flag, name, value, space.source, where))
-    return out
-
-
-def _structure_problems(space: Space) -> list[Problem]:
-    """Manifest-free problems: conditions, cycles, env names, secrets, targets, baseline shape."""
-    out: list[Problem] = []
-    for name, param in space.params.items():
-        for other, wanted in param.when.items():
-            key = f"params.{name}.when.{other}"
-            if other == name:
-                out.append(space._problem(key, "a param cannot be conditioned on itself"))
-            elif other not in space.params:
-                out.append(space._problem(key, f"condition names unknown param {other}", ", ".join(space.params)))
-            else:
-                for w in wanted if isinstance(wanted, list) else [wanted]:
-                    if not space.params[other].contains(w):
-                        out.append(space._problem(key, f"{other} can never be {w!r}", space.params[other].allowed()))
-    order = space.order()
-    for i, name in enumerate(order):
-        if any(dep in space.params and dep not in order[:i] for dep in space.params[name].when if dep != name):
-            out.append(space._problem(f"params.{name}.when", "conditions form a cycle"))
-    for name, value in space.launch.env.items():
-        key = f"launch.env.{name}"
-        if not ENV_NAME.match(name):
-            out.append(space._problem(key, f"{name!r} is not a valid env var name", "letters, digits and _, not starting with a digit"))
-        if is_secret(name):
-            out.append(space._problem(key, "a secret value is written in the space file",
-                                      f"list {name} in launch.secret_env; it is read from your environment at start"))
-    for name in space.launch.secret_env:
-        if not ENV_NAME.match(name):
-            out.append(space._problem(f"launch.secret_env.{name}", f"{name!r} is not a valid env var name"))
-    for name in space.params:
-        if not is_flag(name) and name in space.launch.env:
-            out.append(space._problem(f"params.{name}", "also fixed in launch.env"))
-    ladder = space.load_test.concurrency
-    for level in space.targets:
-        if level not in ladder:
-            out.append(space._problem(f"targets.{level}", "not a level of load_test.concurrency", ", ".join(map(str, ladder))))
-    if space.baseline is not None:
-        out.extend(space.config_problems(space.baseline, "baseline"))
-    return out
-
-
-def _argv_problems(space: Space, manifest: Manifest, config: dict[str, Any], key: str) -> list[Problem]:
-    """The rendered argv of `config` through the manifest's parser: whatever only the whole shows."""
-    from search.profile import render
-
-    try:
-        manifest.parse(render(space, config).args)
-    except ManifestError as exc:
-        return [space._problem(key, f"SGLang {manifest.version} rejects the rendered command: {exc}")]
-    return []

@@ -44,14 +44,13 @@ problem; the strategy adds what we know:
   unless it was out of memory (a threshold that moves with other flags); an exact repeat of a
   measured, running or waiting config is not started again (noise is handled by the end-of-study
   re-measurement instead), unless the sampler proposed nothing else MAX_SKIPS times in a row;
-- the best configs are ranked by a Gaussian-process estimate (`search.surrogate`) that pools the
-  measurements of similar configs, not by the single luckiest measurement; once enough trials
-  are there, it is fitted on the completed trials within RANK_BAND of the best measured only,
-  since a stationary kernel fitted to all of them spends itself on the big far-off differences (a
-  small cap at 70%) and reads the few-percent effects that decide the top as noise;
+- the best configs are ranked by `search.ranking` (the ranking every view uses): a
+  Gaussian-process estimate that pools the measurements of similar configs, not the single
+  luckiest measurement;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
-The history lives entirely in the study (user attributes), so a resumed study continues the plan.
+The history lives entirely in the study (user attributes, `search.storage.Attr`), so a resumed
+study continues the plan.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import optuna
@@ -74,12 +73,14 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from search.distributions import SpaceLike, discover
 from search.errors import BadInput
-from search.surrogate import fit, posterior_means
+from search.optuna_internals import enqueued_params
+from search.ranking import BAND_MIN_POINTS, Ranking, band, same_config
+from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
+from search.surrogate import fit
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
-OUTCOMES: tuple[str, ...] = ("completed", "crashed", "pruned", "infrastructure")
-CONSTRAINTS: tuple[str, ...] = ("crashed", "slo", "correctness")
 
 # A level below this fraction of the best completed trial's value at that level is pruned.
 PRUNE_RATIO = 0.6
@@ -90,10 +91,6 @@ NUMERIC_POINTS = 3
 # Proposals the sampler may make per `ask` before a repeat or known crash is run anyway.
 MAX_SKIPS = 30
 
-_TAG = "strategy"  # user attr: "baseline" | "known" | "sweep" | "partner" | "model" | "sampler"
-_SWEEP_PARAM = "sweep_param"
-_SWEEP_PASS = "sweep_pass"
-_SWEEP_FROM_WORKING = "sweep_from_working"
 # Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
 # of the incumbent at half the previous distance (a pattern search), catching interactions.
 SWEEP_PASSES = 2
@@ -101,13 +98,8 @@ SWEEP_PASSES = 2
 # whose screen moved throughput beyond NOISE_MARGIN (or crashed) get their other values swept.
 SCREEN_PASS = -1
 SCREEN = True  # False: sweep every parameter in the space's order (the benchmark's ablation)
-_SCREEN_REF = "centre_score"  # user attr of a sweep move: its centre's score when it was planned
-_FROM = "sweep_from"  # ... and the centre's value of the swept parameter
-_SKIPPED = "skipped"
-_LADDER = "level_concurrency"  # user attr: the concurrency of each ladder level reported so far
 # SGLang's cap on the running batch: a ladder level runs min(concurrency, cap) requests at once.
 CAP = "--max-running-requests"
-_PAIR_OF = "partner_of"  # user attr of a partner move: "param=value" of the crash it retries
 # A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
 NOISE_MARGIN = 0.04
 # Repairs tried per move that crashed, and grid steps per advised parameter.
@@ -121,51 +113,19 @@ CLOSE = 1 / 8
 LOST_MARGIN = 0.2
 # A cap read off the ladder this close (fraction of the range) to a cap already run is not tried.
 READ_CLOSE = CLOSE / 4
-# The ranking and the model fit the completed trials within this fraction of the best measured,
-RANK_BAND = 0.15
-# once it holds this many (fewer: its own length scales and noise would be guesses, so the
-# ranking fits every completed trial, and the model proposes nothing yet).
-BAND_MIN_POINTS = 8
-# The first of the ranking is a trial measured within this fraction of the best (over twice the
-# few-percent noise of one measurement).
-RANK_GUARD = 0.06
 # The model's proposal: the best of this many changes of the top 3 configs, each moving one or two
 # numeric parameters by a normal step of MODEL_STEP of the range (log scale if log).
 MODEL_CANDIDATES = 256
 MODEL_STEP = 0.1
 
 
+# The plan's notes a retried trial keeps, so the plan reads the retry as the move it repeats.
+_PLAN_NOTES = (Attr.PLAN, Attr.SWEEP_PARAM, Attr.SWEEP_PASS, Attr.SWEEP_FROM_WORKING, Attr.PARTNER_OF,
+               Attr.CENTRE_SCORE, Attr.SWEEP_FROM)
+
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
 _ADVICE: dict[str, str] = yaml.safe_load(
     resources.files("search").joinpath("signatures", "advice.yaml").read_text(encoding="utf-8"))
-
-
-class SpaceLike(Protocol):
-    """What the strategy needs of `search.space.Space`."""
-
-    baseline: dict[str, Any]
-    targets: dict[int, float]
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]: ...
-
-
-def discover(space: SpaceLike, samples: int = 256, seed: int = 0) -> dict[str, BaseDistribution]:
-    """Every parameter's distribution, in the order `suggest` asks them.
-
-    Learnt by running `suggest` under a random sampler (conditional parameters appear once their
-    condition holds), so the strategy depends only on the `suggest` contract.
-    """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
-    study.enqueue_trial(dict(space.baseline))
-    found: dict[str, BaseDistribution] = {}
-    for _ in range(samples):
-        trial = study.ask()
-        space.suggest(trial)
-        for name, dist in trial.distributions.items():
-            found.setdefault(name, dist)
-        study.tell(trial, 0.0)
-    return found
 
 
 def _snap(dist: IntDistribution | FloatDistribution, x: float) -> Any:
@@ -272,10 +232,6 @@ def _unordered(dist: BaseDistribution) -> bool:
         c is None or isinstance(c, (int, float)) for c in dist.choices)
 
 
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return dict(a) == dict(b)
-
-
 def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
     """The parameter whose value in ``config`` is among its known ``crashes``, if any."""
     return next((n for n, values in crashes.items() if n in config and config[n] in values), None)
@@ -283,12 +239,12 @@ def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]])
 
 def _failure_text(trial: FrozenTrial) -> str:
     """The deciding line and SGLang's advice lines after it (one clause per line)."""
-    failure = trial.user_attrs.get("failure") or {}
+    failure = trial.user_attrs.get(Attr.FAILURE) or {}
     return "\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])])
 
 
 def _failure_kind(trial: FrozenTrial) -> str | None:
-    return (trial.user_attrs.get("failure") or {}).get("kind")
+    return (trial.user_attrs.get(Attr.FAILURE) or {}).get("kind")
 
 
 def named_in(text: str, dists: Mapping[str, BaseDistribution]) -> list[str]:
@@ -383,7 +339,7 @@ def running_points(trials: Iterable[FrozenTrial]) -> list[tuple[float, float]]:
     min(concurrency, the trial's cap) requests at once."""
     seen: dict[float, list[float]] = {}
     for t in trials:
-        ladder, cap = t.user_attrs.get(_LADDER) or [], _cap(t.params)
+        ladder, cap = t.user_attrs.get(Attr.LADDER) or [], _cap(t.params)
         for step, value in t.intermediate_values.items():
             if step < len(ladder):
                 running = float(ladder[step] if cap is None else min(ladder[step], cap))
@@ -445,10 +401,6 @@ def nearest(dist: BaseDistribution, value: float) -> Any | None:
     return _snap(dist, value)
 
 
-def _constraint_sum(trial: FrozenTrial) -> float:
-    return sum(v for v in (trial.constraints or {}).values() if v > 0)
-
-
 class Strategy:
     """One study's search policy; create it once per driver run and route every trial through it.
 
@@ -472,10 +424,14 @@ class Strategy:
         seed: int | None = None,
         guided: bool = True,
     ) -> None:
+        if space.baseline is None:
+            raise BadInput("the strategy starts from a baseline: give the space a `baseline:` or pass --start-from")
         self.space = space
+        self.baseline = dict(space.baseline)
         self.sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
         self.guided = guided
         self._dists = discover(space)
+        self.ranking = Ranking(self._dists, pooled=guided)
 
     # -- warm start --------------------------------------------------------------------------
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -485,10 +441,10 @@ class Strategy:
         """
         if not self.guided or study.get_trials(deepcopy=False):
             return
-        study.enqueue_trial(dict(self.space.baseline), user_attrs={_TAG: "baseline"})
+        study.enqueue_trial(dict(self.baseline), user_attrs={Attr.PLAN: Plan.BASELINE})
         for config in known:
-            if not _same(config, self.space.baseline):
-                study.enqueue_trial(dict(config), user_attrs={_TAG: "known"})
+            if not same_config(config, self.baseline):
+                study.enqueue_trial(dict(config), user_attrs={Attr.PLAN: Plan.KNOWN})
 
     # -- asking ------------------------------------------------------------------------------
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
@@ -502,23 +458,23 @@ class Strategy:
         for skips in range(MAX_SKIPS + 1):
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(_TAG) in ("baseline", "known", "partner"):
+            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER):
                 break
             reason = self._skip_reason(study, config, asking=trial.number)
             if reason is None:
                 break
             self._tell_skipped(study, trial, config, reason)
-        if _TAG not in trial.user_attrs:
-            trial.set_user_attr(_TAG, "sampler")
+        if Attr.PLAN not in trial.user_attrs:
+            trial.set_user_attr(Attr.PLAN, Plan.SAMPLER)
         return trial, config
 
     def _finished(self, study: optuna.Study) -> list[FrozenTrial]:
         return [
             t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            if _SKIPPED not in t.user_attrs
+            if Attr.SKIPPED not in t.user_attrs
         ]
 
-    def incumbent(self, study: optuna.Study) -> FrozenTrial | None:
+    def incumbent(self, study: optuna.Study) -> TrialView | None:
         """The best completed trial meeting every constraint: the first one `top` ranks."""
         best = self.top(study, 1)
         return best[0] if best else None
@@ -535,9 +491,9 @@ class Strategy:
         found: dict[str, list[Any]] = {}
         ran = [t.params for t in self._working(study)]
         for t in self._finished(study):
-            name = t.user_attrs.get(_SWEEP_PARAM)
-            categorical = isinstance(self._dists.get(name), CategoricalDistribution)
-            if (categorical and t.user_attrs.get(_SWEEP_FROM_WORKING) and t.constraints.get("crashed", 0) > 0
+            name = t.user_attrs.get(Attr.SWEEP_PARAM)
+            categorical = name is not None and isinstance(self._dists.get(name), CategoricalDistribution)
+            if (categorical and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and t.constraints.get(Constraint.CRASHED, 0) > 0
                     and name in t.params and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
                 found.setdefault(name, []).append(t.params[name])
         return found
@@ -551,25 +507,24 @@ class Strategy:
         if name is not None:
             return f"{name}={config[name]!r} crashed when the sweep tried it alone"
         for t in self._finished(study):
-            if _same(t.params, config):
+            if same_config(t.params, config):
                 return f"same config as trial {t.number}"
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            params = t.params or t.system_attrs.get("fixed_params", {})  # a waiting trial's are Optuna's enqueued ones
-            if t.number != asking and _SKIPPED not in t.user_attrs and _same(params, config):
+            if t.number != asking and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config):
                 return f"same config as {t.state.name.lower()} trial {t.number}"
         return None
 
     def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:
         """A known crash is told PRUNED + crashed so TPE keeps learning; a repeat FAIL (ignored)."""
-        trial.set_user_attr(_SKIPPED, reason)
+        trial.set_user_attr(Attr.SKIPPED, reason)
         crash = "crashed" in reason
         self._set_constraints(trial, crashed=crash)
-        trial.set_user_attr("outcome", "crashed" if crash else "pruned")
+        trial.set_user_attr(Attr.OUTCOME, Outcome.CRASHED if crash else Outcome.PRUNED)
         study.tell(trial, state=TrialState.PRUNED if crash else TrialState.FAIL)
 
     def _working(self, study: optuna.Study) -> list[FrozenTrial]:
         """Finished trials whose server started (completed, or pruned on the ladder)."""
-        return [t for t in self._finished(study) if t.constraints.get("crashed", 0) <= 0]
+        return [t for t in self._finished(study) if t.constraints.get(Constraint.CRASHED, 0) <= 0]
 
     def _centre(self, study: optuna.Study) -> tuple[dict[str, Any], bool]:
         """The config the next moves vary, and whether it is known to work.
@@ -586,14 +541,14 @@ class Strategy:
         working = self._working(study)
         working = [t for t in working if not self._capped(t)] or working
         feasible = [t for t in working
-                    if t.state == TrialState.COMPLETE and _constraint_sum(t) <= 0 and t.value is not None]
+                    if t.state == TrialState.COMPLETE and meets_constraints(t) and t.value is not None]
         scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
             (t, max(t.intermediate_values.values())) for t in working if t.intermediate_values]
         if not scored:
-            return dict(self.space.baseline), False
+            return dict(self.baseline), False
         top = max(v for _, v in scored)
         near = [t for t, v in scored if v >= top * (1.0 - NOISE_MARGIN)]
-        base = self.space.baseline
+        base = self.baseline
         best = min(near, key=lambda t: (sum(t.params.get(k) != v for k, v in base.items())
                                          + sum(k not in base for k in t.params), t.number))
         return dict(best.params), True
@@ -603,7 +558,7 @@ class Strategy:
         ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph"),
         and where it does not, its usual advice for that kind of failure names them."""
         for t in self._finished(study):
-            if t.constraints.get("crashed", 0) > 0 and _same(t.params, self.space.baseline):
+            if t.constraints.get(Constraint.CRASHED, 0) > 0 and same_config(t.params, self.baseline):
                 return list(self._hints(t))
         return []
 
@@ -616,17 +571,17 @@ class Strategy:
         except ValueError:
             return dict(config)
 
-    def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[str, Any]) -> bool:
+    def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[Attr, Any]) -> bool:
         """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
         tried = [t.params for t in self._finished(study)]
         fresh: list[dict[str, Any]] = []
         for c in map(self._active, configs):
-            if any(_same(c, p) for p in [*tried, *fresh]):
+            if any(same_config(c, p) for p in [*tried, *fresh]):
                 continue
-            if attrs.get(_TAG) == "partner" or self._skip_reason(study, c) is None:
+            if attrs.get(Attr.PLAN) == Plan.PARTNER or self._skip_reason(study, c) is None:
                 fresh.append(dict(c))
         for config in fresh:
-            study.enqueue_trial(config, user_attrs=dict(attrs))
+            study.enqueue_trial(config, user_attrs={str(k): v for k, v in attrs.items()})
         return bool(fresh)
 
     def _plan(self, study: optuna.Study) -> None:
@@ -646,7 +601,7 @@ class Strategy:
         trials = study.get_trials(deepcopy=False)
         # Wait for the planned moves in flight; sampler trials running on other hosts (parallel
         # studies) do not hold the plan up, they fill hosts while a batch is measured.
-        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) and t.user_attrs.get(_TAG) != "sampler"
+        if any(t.state in (TrialState.WAITING, TrialState.RUNNING) and t.user_attrs.get(Attr.PLAN) != Plan.SAMPLER
                for t in trials):
             return
         centre, working = self._centre(study)
@@ -654,8 +609,8 @@ class Strategy:
             # Every fix the failure line suggests at once: the centre then moves to the best of them.
             named = self._named_by_crash(study)
             variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n]) if v != centre.get(n)]
-            if self._enqueue(study, variants, {_TAG: "sweep", _SWEEP_PARAM: "named by the crash", _SWEEP_PASS: 0,
-                                               _SWEEP_FROM_WORKING: False}):
+            if self._enqueue(study, variants, {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
+                                               Attr.SWEEP_FROM_WORKING: False}):
                 return
         if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)
                         or self._plan_cap(study, centre)):
@@ -664,8 +619,8 @@ class Strategy:
             return
         effects = self._effects(study) if SCREEN else {}
         for sweep_pass in range(SWEEP_PASSES):
-            swept = {t.user_attrs.get(_SWEEP_PARAM) for t in trials
-                     if t.user_attrs.get(_SWEEP_PASS) == sweep_pass and t.user_attrs.get(_SWEEP_FROM_WORKING)}
+            swept = {t.user_attrs.get(Attr.SWEEP_PARAM) for t in trials
+                     if t.user_attrs.get(Attr.SWEEP_PASS) == sweep_pass and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)}
             # Screened: the parameters that mattered, biggest effect first. Else the space file's
             # order: the user's sense of what matters most.
             names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
@@ -690,8 +645,8 @@ class Strategy:
             if name in swept or name not in centre:
                 continue
             variants = [{**centre, name: v} for v in self._sweep_values(study, centre, name, sweep_pass)]
-            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: sweep_pass, _SWEEP_FROM_WORKING: working,
-                     _SCREEN_REF: self._centre_score(study, centre), _FROM: centre[name]}
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: sweep_pass, Attr.SWEEP_FROM_WORKING: working,
+                     Attr.CENTRE_SCORE: self._centre_score(study, centre), Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, variants, attrs):
                 return True
         return False
@@ -723,16 +678,16 @@ class Strategy:
         """
         best: dict[str, tuple[float, Any]] = {}
         for t in self._working(study):
-            name, ref, score = t.user_attrs.get(_SWEEP_PARAM), t.user_attrs.get(_SCREEN_REF), self._score(t)
-            if (name in centre and _FROM in t.user_attrs and centre[name] == t.user_attrs[_FROM]
+            name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
+            if (name in centre and Attr.SWEEP_FROM in t.user_attrs and centre[name] == t.user_attrs[Attr.SWEEP_FROM]
                     and ref and score and score > ref and score / ref > best.get(name, (1.0, None))[0]):
                 best[name] = (score / ref, t.params[name])
         combined = {**centre, **{n: v for n, (_, v) in best.items()}}
-        return len(best) > 1 and self._enqueue(study, [combined], {_TAG: "sweep", _SWEEP_PARAM: "combined"})
+        return len(best) > 1 and self._enqueue(study, [combined], {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "combined"})
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
-        return max((self._score(t) or 0.0 for t in self._working(study) if _same(t.params, centre)), default=0.0)
+        return max((self._score(t) or 0.0 for t in self._working(study) if same_config(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
         """Sweep each parameter the centre leaves inactive from the best working config where it is active.
@@ -749,7 +704,7 @@ class Strategy:
                 continue
             best = max(holders, key=lambda t: self._score(t) or 0.0)
             variants = [{**best.params, name: v} for v in grid_values(dist) if v != best.params[name]]
-            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: 0, _SWEEP_FROM_WORKING: True}
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: 0, Attr.SWEEP_FROM_WORKING: True}
             if self._enqueue(study, variants, attrs):
                 return True
         return False
@@ -757,7 +712,7 @@ class Strategy:
     # -- screening ---------------------------------------------------------------------------
     def _score(self, trial: FrozenTrial) -> float | None:
         """What a finished trial reached: its value, or its best level if pruned; None if it crashed."""
-        if trial.constraints.get("crashed", 0) > 0:
+        if trial.constraints.get(Constraint.CRASHED, 0) > 0:
             return None
         if trial.state == TrialState.COMPLETE and trial.value is not None:
             return float(trial.value)
@@ -769,16 +724,16 @@ class Strategy:
         Each parameter is screened once from a crashing centre (looking for a change that runs) and
         once from a working one.
         """
-        screened = {t.user_attrs.get(_SWEEP_PARAM) for t in study.get_trials(deepcopy=False)
-                    if t.user_attrs.get(_SWEEP_PASS) == SCREEN_PASS
-                    and bool(t.user_attrs.get(_SWEEP_FROM_WORKING)) == working}
+        screened = {t.user_attrs.get(Attr.SWEEP_PARAM) for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get(Attr.SWEEP_PASS) == SCREEN_PASS
+                    and bool(t.user_attrs.get(Attr.SWEEP_FROM_WORKING)) == working}
         ref = self._centre_score(study, centre)
         for name, dist in self._dists.items():
             if name in screened or name not in centre:
                 continue
             variants = [{**centre, name: v} for v in screen_values(dist, centre[name])]
-            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: SCREEN_PASS, _SWEEP_FROM_WORKING: working,
-                     _SCREEN_REF: ref, _FROM: centre[name]}
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: SCREEN_PASS, Attr.SWEEP_FROM_WORKING: working,
+                     Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, variants, attrs):
                 return True
         return False
@@ -792,14 +747,14 @@ class Strategy:
         """
         effects: dict[str, float] = {}
         for t in self._finished(study):
-            if t.user_attrs.get(_SWEEP_PASS) != SCREEN_PASS:
+            if t.user_attrs.get(Attr.SWEEP_PASS) != SCREEN_PASS:
                 continue
-            score, ref = self._score(t), float(t.user_attrs.get(_SCREEN_REF) or 0.0)
+            score, ref = self._score(t), float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0)
             if ref <= 0:
                 effect = 0.0 if score is None else math.inf
             else:
                 effect = math.inf if score is None else abs(score - ref) / ref
-            name = t.user_attrs[_SWEEP_PARAM]
+            name = t.user_attrs[Attr.SWEEP_PARAM]
             if effect > NOISE_MARGIN:
                 effects[name] = max(effect, effects.get(name, 0.0))
         return effects
@@ -825,13 +780,13 @@ class Strategy:
         """
         finished = self._finished(study)
         for t in finished:
-            name = t.user_attrs.get(_SWEEP_PARAM)
-            if (t.constraints.get("crashed", 0) <= 0 or not t.user_attrs.get(_SWEEP_FROM_WORKING)
+            name = t.user_attrs.get(Attr.SWEEP_PARAM)
+            if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                     or name not in t.params or centre.get(name) == t.params[name]):
                 continue
             key = f"{name}={t.params[name]!r}"
-            repairs = [r for r in finished if r.user_attrs.get(_PAIR_OF) == key]
-            if any(r.constraints.get("crashed", 0) <= 0 and r.params.get(name) == t.params[name] for r in repairs):
+            repairs = [r for r in finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
+            if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in repairs):
                 continue  # a repair that kept the crashed value ran (graphs off would not count): done
             moves = []
             for q, hint in self._hints(t).items():
@@ -843,7 +798,7 @@ class Strategy:
                 value = toward(self._dists[q], tried[-1] if tried else centre[q], hint)
                 if value is not None:
                     moves.append({**centre, name: t.params[name], q: value})
-            if self._enqueue(study, moves[:MAX_PARTNERS], {_TAG: "partner", _PAIR_OF: key}):
+            if self._enqueue(study, moves[:MAX_PARTNERS], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
                 return True
         return False
 
@@ -858,20 +813,20 @@ class Strategy:
         wins: list[tuple[float, str, Any]] = []
         lost: set[tuple[str, Any]] = set()
         for t in self._finished(study):
-            name, ref, score = t.user_attrs.get(_SWEEP_PARAM), t.user_attrs.get(_SCREEN_REF), self._score(t)
-            if name not in centre or _FROM not in t.user_attrs:
+            name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
+            if name not in centre or Attr.SWEEP_FROM not in t.user_attrs:
                 continue
             won = bool(ref and score and score > ref * (1.0 + REVISIT_MARGIN))
-            if t.user_attrs.get(_SWEEP_PASS) == "revisit" and not won:
+            if t.user_attrs.get(Attr.SWEEP_PASS) == "revisit" and not won:
                 lost.add((name, t.params.get(name)))
-            elif won and centre[name] == t.user_attrs[_FROM] and t.params.get(name, centre[name]) != centre[name]:
+            elif won and centre[name] == t.user_attrs[Attr.SWEEP_FROM] and t.params.get(name, centre[name]) != centre[name]:
                 wins.append((score / ref, name, t.params[name]))  # type: ignore[operator]
         ref = self._centre_score(study, centre)
         for _, name, value in sorted(wins, key=lambda w: -w[0]):
             if (name, value) in lost:
                 continue
-            attrs = {_TAG: "sweep", _SWEEP_PARAM: name, _SWEEP_PASS: "revisit", _SWEEP_FROM_WORKING: True,
-                     _SCREEN_REF: ref, _FROM: centre[name]}
+            attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: "revisit", Attr.SWEEP_FROM_WORKING: True,
+                     Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]}
             if self._enqueue(study, [{**centre, name: value}], attrs):
                 return True
         return False
@@ -886,29 +841,29 @@ class Strategy:
         candidates are drawn with the number of finished trials as the seed, so a resumed study
         proposes what the interrupted one would have.
         """
-        done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and _SKIPPED not in t.user_attrs]
-        if done and done[-1].user_attrs.get(_TAG) == "model":
+        done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and Attr.SKIPPED not in t.user_attrs]
+        if done and done[-1].user_attrs.get(Attr.PLAN) == Plan.MODEL:
             return False  # the sampler's turn: it keeps looking at the whole space
-        band = _band(self._feasible(study))
-        if len(band) < BAND_MIN_POINTS:
+        fitted = band(self._feasible(study))
+        if len(fitted) < BAND_MIN_POINTS:
             return False
-        model = fit(self._dists, [t.params for t in band], [float(t.value) for t in band])  # type: ignore[arg-type]
+        model = fit(self._dists, [t.params for t in fitted], [t.value or 0.0 for t in fitted])
         if model is None:
             return False
-        means = model.predict([t.params for t in band])[0]
-        tops = [band[i].params for i in np.argsort(-means)[:3]]
+        means = model.predict([t.params for t in fitted])[0]
+        tops = [fitted[i].params for i in np.argsort(-means)[:3]]
         rng = np.random.default_rng(len(done))
         tried = [t.params for t in self._finished(study)]
         crashes = self.known_crashes(study)
         candidates: list[dict[str, Any]] = []
         for i in range(MODEL_CANDIDATES):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
-            if not any(_same(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
+            if not any(same_config(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
                 candidates.append(c)
         if not candidates:
             return False
         gain = model.expected_improvement(candidates, float(means.max()))
-        return self._enqueue(study, [candidates[int(np.argmax(gain))]], {_TAG: "model"})
+        return self._enqueue(study, [candidates[int(np.argmax(gain))]], {Attr.PLAN: Plan.MODEL})
 
     def _perturb(self, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         """``config`` with one or two of its numeric parameters moved by a normal step of MODEL_STEP."""
@@ -930,11 +885,11 @@ class Strategy:
         cap above it changes nothing. Left: caps below the lowest level, and only when the curve
         fell from its first level on (the peak may lie below it).
         """
-        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and _same(t.params, centre)
-                and not self._capped(t) and len(t.user_attrs.get(_LADDER) or []) >= 2]
+        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
+                and not self._capped(t) and len(t.user_attrs.get(Attr.LADDER) or []) >= 2]
         if not runs:
             return values
-        ladder, levels = runs[0].user_attrs[_LADDER], runs[0].intermediate_values
+        ladder, levels = runs[0].user_attrs[Attr.LADDER], runs[0].intermediate_values
         if max(levels, key=lambda step: levels[step]) != 0:
             return []
         return [v for v in values if isinstance(v, (int, float)) and v < min(ladder)]
@@ -944,15 +899,15 @@ class Strategy:
         than LOST_MARGIN: far beyond noise, so not worth a sweep trial on a later centre."""
         lost = []
         for t in self._working(study):
-            ref, score = float(t.user_attrs.get(_SCREEN_REF) or 0.0), self._score(t)
-            if (t.user_attrs.get(_SWEEP_PARAM) == name and t.user_attrs.get(_SWEEP_FROM_WORKING)
+            ref, score = float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0), self._score(t)
+            if (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                     and ref > 0 and score is not None and score < ref * (1.0 - LOST_MARGIN) and name in t.params):
                 lost.append(t.params[name])
         return lost
 
     def _capped(self, trial: FrozenTrial) -> bool:
         """Whether the trial's cap kept a ladder level from running all its requests at once."""
-        cap, ladder = _cap(trial.params), trial.user_attrs.get(_LADDER) or []
+        cap, ladder = _cap(trial.params), trial.user_attrs.get(Attr.LADDER) or []
         return cap is not None and bool(ladder) and cap < max(ladder)
 
     def _plan_cap(self, study: optuna.Study, centre: dict[str, Any], fine: bool = False) -> bool:
@@ -971,17 +926,17 @@ class Strategy:
             return False
         rest = {k: v for k, v in centre.items() if k != CAP}
         slice_ = [t for t in self._finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
-        reads = [t.user_attrs.get(_SWEEP_PASS) for t in slice_]
+        reads = [t.user_attrs.get(Attr.SWEEP_PASS) for t in slice_]
         if "kink" in reads or ("ladder" in reads) != fine:
             return False
-        points = running_points(t for t in slice_ if t.constraints.get("crashed", 0) <= 0)
+        points = running_points(t for t in slice_ if t.constraints.get(Constraint.CRASHED, 0) <= 0)
         peak = running_kink(points) if fine else running_peak(points)
         value = None if peak is None else nearest(dist, peak)
         if value is None or any(t.params.get(CAP) == value or not isinstance(dist, CategoricalDistribution)
                                 and _close(dist, value, t.params[CAP], READ_CLOSE) for t in slice_ if CAP in t.params):
             return False  # it would only measure a cap of the slice again
         # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
-        attrs = {_TAG: "sweep", _SWEEP_PARAM: CAP, _SWEEP_PASS: "kink" if fine else "ladder", _SWEEP_FROM_WORKING: True}
+        attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: CAP, Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True}
         return self._enqueue(study, [{**centre, CAP: value}], attrs)
 
     # -- pruning -----------------------------------------------------------------------------
@@ -992,22 +947,23 @@ class Strategy:
         best completed, feasible trial at the same step.
         """
         trial.report(value, step)
-        trial.set_user_attr(_LADDER, [*trial.user_attrs.get(_LADDER, [])[:step], concurrency])
+        trial.set_user_attr(Attr.LADDER, [*trial.user_attrs.get(Attr.LADDER, [])[:step], concurrency])
         if not self.guided:
             return True
         target = self.space.targets.get(concurrency)
         if target is not None and value < target:
-            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s below the target {target:.0f} at {concurrency}")
+            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s below the target {target:.0f} at {concurrency}")
             return False
         seen = [t.intermediate_values[step]
                 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if step in t.intermediate_values and _constraint_sum(t) <= 0]
+                if step in t.intermediate_values and meets_constraints(t)]
         if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
-            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
+            trial.set_user_attr(Attr.PRUNED_BECAUSE,
+                                f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
             return False
         reach = self._reach(study, step, value)
         if reach is not None and reach[0] < reach[1]:
-            trial.set_user_attr("pruned_because", f"{value:.0f} tok/s at {concurrency}: growing as fast as any "
+            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s at {concurrency}: growing as fast as any "
                                                   f"completed trial did, it would reach {reach[0]:.0f}, under the best {reach[1]:.0f}")
             return False
         return True
@@ -1020,7 +976,7 @@ class Strategy:
         fewer than PRUNE_MIN_COMPLETED trials completed, and at the last step (nothing to save).
         """
         done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if _constraint_sum(t) <= 0 and t.value and t.intermediate_values.get(step)]
+                if meets_constraints(t) and t.value and t.intermediate_values.get(step)]
         if len(done) < PRUNE_MIN_COMPLETED or step >= max(len(t.intermediate_values) for t in done) - 1:
             return None
         growth = max(float(t.value) / t.intermediate_values[step] for t in done)  # type: ignore[arg-type]
@@ -1029,15 +985,15 @@ class Strategy:
     # -- telling -----------------------------------------------------------------------------
     @staticmethod
     def _set_constraints(trial: optuna.Trial, *, crashed: bool = False, slo_ok: bool = True, answers_differ: bool = False) -> None:
-        trial.set_constraint("crashed", 1.0 if crashed else 0.0)
-        trial.set_constraint("slo", 0.0 if slo_ok else 1.0)
-        trial.set_constraint("correctness", 1.0 if answers_differ else 0.0)
+        trial.set_constraint(Constraint.CRASHED, 1.0 if crashed else 0.0)
+        trial.set_constraint(Constraint.SLO, 0.0 if slo_ok else 1.0)
+        trial.set_constraint(Constraint.CORRECTNESS, 1.0 if answers_differ else 0.0)
 
     def tell(
         self,
         study: optuna.Study,
         trial: optuna.Trial,
-        outcome: str,
+        outcome: Outcome,
         *,
         objective: float | None = None,
         slo_ok: bool = True,
@@ -1050,69 +1006,42 @@ class Strategy:
         PRUNED (its last reported level stands in); infrastructure -> FAIL and the same params
         enqueued again. Constraints are set on every trial told here.
         """
-        if outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {outcome!r}: one of {OUTCOMES}")
-        trial.set_user_attr("outcome", outcome)
+        outcome = Outcome(outcome)  # a ValueError naming the outcome for anything else
+        trial.set_user_attr(Attr.OUTCOME, outcome)
         if failure is not None:
-            trial.set_user_attr("failure", dict(failure))
-        if outcome == "infrastructure":
-            attrs = {k: v for k, v in trial.user_attrs.items() if k in (_TAG, _SWEEP_PARAM, _SWEEP_PASS, _SWEEP_FROM_WORKING, _PAIR_OF, _SCREEN_REF, _FROM)}
+            trial.set_user_attr(Attr.FAILURE, dict(failure))
+        if outcome == Outcome.INFRASTRUCTURE:
+            attrs = {k: v for k, v in trial.user_attrs.items() if k in _PLAN_NOTES}
             study.tell(trial, state=TrialState.FAIL)
-            study.enqueue_trial(dict(trial.params), user_attrs={**attrs, "retry_of": trial.number})
+            study.enqueue_trial(dict(trial.params), user_attrs={**attrs, Attr.RETRY_OF: trial.number})
             return
-        self._set_constraints(trial, crashed=outcome == "crashed", slo_ok=slo_ok, answers_differ=answers_differ)
-        if outcome == "completed":
+        self._set_constraints(trial, crashed=outcome == Outcome.CRASHED, slo_ok=slo_ok, answers_differ=answers_differ)
+        if outcome == Outcome.COMPLETED:
             if objective is None:
                 raise ValueError("a completed trial needs its objective")
             study.tell(trial, objective)
         else:
             study.tell(trial, state=TrialState.PRUNED)
 
-    def _feasible(self, study: optuna.Study) -> list[FrozenTrial]:
+    def _feasible(self, study: optuna.Study) -> list[TrialView]:
         """Completed trials meeting every constraint, with a throughput."""
-        return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if _constraint_sum(t) <= 0 and t.value is not None and t.value > 0]
+        return [t for t in views(study, (TrialState.COMPLETE,)) if t.feasible]
 
-    def top(self, study: optuna.Study, k: int = 3) -> list[FrozenTrial]:
-        """The k best feasible completed trials, distinct configs: what the end re-measures.
+    def top(self, study: optuna.Study, k: int = 3) -> list[TrialView]:
+        """The k best feasible trials of distinct configs, as `search.ranking` orders them: what the end re-measures.
 
-        Ranked by the surrogate's estimate (fitted on the trials within RANK_BAND of the best
-        measured once BAND_MIN_POINTS are, else on all), which pools similar configs'
-        measurements, rather than by the single measured value: the highest measurement is often
-        the luckiest. The trials measured within RANK_GUARD of the best come first whatever the
-        estimate says of the others: a fit whose length scales collapsed on a sharp optimum can
-        rank a config measured far below first. Trials outside the band follow by measured value.
         The plain sampler (``guided=False``) ranks by measured value, as Optuna's ``best_trial`` does.
         """
-        ok = self._feasible(study)
-        estimate = {t.number: (False, float(t.value)) for t in ok}  # type: ignore[arg-type]
-        if self.guided and ok:
-            band = _band(ok)
-            fitted = band if len(band) >= BAND_MIN_POINTS else ok
-            pooled = posterior_means(self._dists, [t.params for t in fitted], [float(t.value) for t in fitted])  # type: ignore[arg-type]
-            near = max(float(t.value) for t in ok) * (1.0 - RANK_GUARD)  # type: ignore[arg-type]
-            estimate.update({t.number: (float(t.value) >= near, p) for t, p in zip(fitted, pooled)})  # type: ignore[arg-type]
-        ok.sort(key=lambda t: estimate[t.number], reverse=True)
-        picked: list[FrozenTrial] = []
-        for t in ok:
-            if not any(_same(t.params, p.params) for p in picked):
-                picked.append(t)
-        return picked[:k]
-
-
-def _band(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials measured within RANK_BAND of the best of ``trials`` (completed, with a value)."""
-    best = max((float(t.value) for t in trials), default=0.0)  # type: ignore[arg-type]
-    return [t for t in trials if float(t.value) >= best * (1.0 - RANK_BAND)]  # type: ignore[arg-type]
+        return self.ranking.top(views(study), k)
 
 
 def configs_of(grid: Mapping[str, Sequence[Any]], space: SpaceLike) -> list[dict[str, Any]]:
     """Every distinct config on a grid, conditions honoured (inactive parameters dropped)."""
     names = list(grid)
-    seen: set[tuple] = set()
+    seen: set[tuple[tuple[str, Any], ...]] = set()
     out: list[dict[str, Any]] = []
     for combo in itertools.product(*(grid[n] for n in names)):
-        config = space.suggest(optuna.trial.FixedTrial(dict(zip(names, combo))))
+        config = space.suggest(optuna.trial.FixedTrial(dict(zip(names, combo, strict=True))))
         key = tuple(sorted(config.items(), key=lambda kv: kv[0]))
         if key not in seen:
             seen.add(key)

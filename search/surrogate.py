@@ -82,7 +82,8 @@ class Surrogate:
         high where the mean is high or the model is unsure, so a proposal both exploits and explores."""
         mean, sd = self.predict(configs)
         z = (mean - best) / sd
-        return (mean - best) * norm.cdf(z) + sd * norm.pdf(z)
+        gain: np.ndarray = (mean - best) * norm.cdf(z) + sd * norm.pdf(z)
+        return gain
 
 
 def fit(dists: Mapping[str, BaseDistribution], configs: Sequence[Mapping[str, Any]],

@@ -24,8 +24,8 @@ from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, star
 from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
 from search.profile import LaunchProfile, render
 from search.space import Space
+from search.storage import Outcome
 
-OUTCOMES = ("completed", "crashed", "pruned", "infrastructure")
 CLEAN_TIMEOUT_S = 60.0  # how long a trial waits for a previous server's port and GPUs
 STOP_GRACE_S = 10.0
 TELEMETRY_INTERVAL_S = 1.0  # nvidia-smi sampling during the load test
@@ -37,7 +37,7 @@ OnLevel = Callable[[LevelResult], bool]
 
 @dataclass
 class TrialResult:
-    outcome: str  # one of OUTCOMES
+    outcome: Outcome
     artifacts: Path
     marker: str
     startup: Startup | None = None
@@ -101,23 +101,26 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
     profile = host.adapt(render(space, dict(config)))
     artifacts = TrialArtifacts(trial_dir, profile.secret_env)
     artifacts.write_profile(profile)
-    result = TrialResult(outcome="infrastructure", artifacts=trial_dir, marker=marker)
+    result = TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=trial_dir, marker=marker)
     handle: ServerHandle | None = None
     began = time.monotonic()
     try:
         try:
             host.ensure_clean(profile, timeout=CLEAN_TIMEOUT_S)
-            handle, result.startup = start_server(host, profile, marker=marker, log_path=artifacts.server_log,
-                                                  timeouts=dict(space.timeouts or {}), on_event=on_event)
+            timeouts = {str(phase): seconds for phase, seconds in space.timeouts.items()}
+            handle, startup = start_server(host, profile, marker=marker, log_path=artifacts.server_log,
+                                           timeouts=timeouts, on_event=on_event)
+            result.startup = startup
         except InfrastructureFault as exc:
             result.failure = Failure("infrastructure", "starting", str(exc), True, str(exc))
             return result
-        artifacts.write_json("phases.json", phases_dict(result.startup.phases))
-        if not result.startup.ok:
-            result.failure = result.startup.failure
-            result.outcome = "infrastructure" if result.failure.infrastructure else "crashed"
+        artifacts.write_json("phases.json", phases_dict(startup.phases))
+        if startup.failure is not None:
+            result.failure = startup.failure
+            result.outcome = Outcome.INFRASTRUCTURE if startup.failure.infrastructure else Outcome.CRASHED
             return result
-        _measure(space, host, profile, result, artifacts, on_level, baseline_answers)
+        assert startup.watch is not None, "a started server is being watched"
+        _measure(space, host, profile, startup.watch, result, artifacts, on_level, baseline_answers)
         return result
     finally:
         if handle is not None:
@@ -130,20 +133,19 @@ def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir:
         artifacts.write_json("result.json", result.to_dict())
 
 
-def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResult, artifacts: TrialArtifacts,
+def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, result: TrialResult, artifacts: TrialArtifacts,
              on_level: OnLevel | None, baseline_answers: list[str] | None) -> None:
     """Correctness prompts, then the ladder under GPU telemetry; fills ``result``.
 
     Requests go to the server's URL as its host reaches it (an SSH host's address), not the
     profile's ``--host``, which for ``0.0.0.0`` names this machine.
     """
-    watch = result.startup.watch
     url = watch.handle.url
     spec = ladder_spec(space)
     try:
         result.answers = correctness.collect_answers(url, spec.api)
     except RunFailed as exc:
-        _crashed(result, watch.abort_reason() or str(exc))
+        _crashed(result, watch, watch.abort_reason() or str(exc))
         return
     artifacts.write_json("answers.json", result.answers)
     if baseline_answers is not None:
@@ -164,9 +166,9 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, result: TrialResu
         result.objective, result.peak_concurrency = best.output_throughput, best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:
-        _crashed(result, ladder.aborted)
+        _crashed(result, watch, ladder.aborted)
     else:
-        result.outcome = "pruned" if ladder.pruned else "completed"
+        result.outcome = Outcome.PRUNED if ladder.pruned else Outcome.COMPLETED
 
 
 class _HealthCheck(Background):
@@ -251,12 +253,12 @@ class _LevelTelemetry:
         return level_done
 
 
-def _crashed(result: TrialResult, reason: str) -> None:
+def _crashed(result: TrialResult, watch: Watch, reason: str) -> None:
     """The server died (or broke) after it was ready: the classifier's failure when it saw one."""
-    event = result.startup.watch.failure
-    result.outcome = "crashed"
+    event = watch.failure
+    result.outcome = Outcome.CRASHED
     if event is not None:
-        result.failure = Failure.from_event(event, result.startup.watch.classifier.advice)
+        result.failure = Failure.from_event(event, watch.classifier.advice)
     elif reason == NO_PROGRESS:  # it took requests and sent nothing: hung while serving, not a rate of 0
         result.failure = Failure("stall", "ready", reason, False, f"stalled while serving: {reason}")
     else:

@@ -8,6 +8,10 @@ channels peak at 16.
 
 from __future__ import annotations
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 0.85, "triton": 0.7, "cutlass": 1.0, "flashinfer_trtllm": 0.9}
 
 

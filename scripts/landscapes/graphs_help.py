@@ -8,6 +8,10 @@ with the running batch (automatic cap 1024); the MoE backend matters moderately.
 
 from __future__ import annotations
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 0.9, "triton": 0.75, "cutlass": 1.0, "flashinfer_cutlass": 0.95, "flashinfer_trtllm": 0.85}
 
 

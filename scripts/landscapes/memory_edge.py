@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import math
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 0.9, "triton": 0.8, "cutlass": 1.0, "flashinfer_cutlass": 0.93, "flashinfer_trtllm": 0.88}
 
 

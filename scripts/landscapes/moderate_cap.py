@@ -9,6 +9,10 @@ sizes, memory fraction above 0.93 runs out of memory at KV allocation.
 
 from __future__ import annotations
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 0.85, "triton": 0.8, "cutlass": 0.9, "flashinfer_cutlass": 1.0}
 
 

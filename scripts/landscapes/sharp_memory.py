@@ -14,6 +14,10 @@ import math
 
 from search.emulator import cuda_graphs
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 1.0, "triton": 0.75, "cutlass": 0.93, "flashinfer_cutlass": 0.96, "flashinfer_trtllm": 0.9}
 
 

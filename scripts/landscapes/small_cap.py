@@ -8,6 +8,10 @@ architecture); the memory fraction barely matters.
 
 from __future__ import annotations
 
+# NCCL channels scale every config's throughput by their own factor and never change how it
+# starts: scripts/bench_search.py enumerates them apart (and checks the claim).
+SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
 BACKEND = {"auto": 0.88, "triton": 1.0, "cutlass": 0.9, "flashinfer_cutlass": 0.85, "flashinfer_trtllm": 0.8}
 KNEE = 160.0
 

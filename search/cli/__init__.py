@@ -12,6 +12,7 @@ import sys
 import warnings
 from typing import Any, NoReturn
 
+import optuna
 import typer
 
 from search.errors import SearchError
@@ -41,6 +42,8 @@ warnings.filterwarnings("ignore", message=r".*experimental.*interface can change
 def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
     global _debug
     _debug = debug
+    # The program, not the library, owns the process's logging: Optuna's INFO line per study is noise here.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _register() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -14,15 +14,8 @@ from search.output import write_output
 from search.overrides import overridden, parse_sets
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
-from search.space import (
-    CheckReport,
-    Space,
-    SpaceError,
-    check_space,
-    load_space,
-    read_space,
-    salvage_space,
-)
+from search.space import CheckReport, Space, SpaceError, load_space, read_space, salvage_space
+from search.space_check import check_space
 
 app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
 
@@ -50,12 +43,13 @@ def check(
         manifest = _manifest(version, python, manifests.DEFAULT_VERSION)
         _report("launch command", manifest, check_command(command, manifest))
         return
+    assert space_file is not None  # exactly one of the two, checked above
     # Entries that break the schema are reported and left out; the rest still meets the manifest.
     try:
         data = read_space(space_file)
     except SpaceError as exc:  # the file itself (YAML, keys given twice): every line of it, then stop
         _print(CheckReport(exc.problems))
-        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file itself; fix them to check the rest")
+        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file itself; fix them to check the rest") from None
     space, schema_problems = salvage_space(data, str(space_file))
     manifest = _manifest(version, python, space.sglang_version)
     report = check_space(space, manifest)
@@ -117,7 +111,7 @@ def render(
     typer.echo(f"wrote {output}", err=True)
 
 
-def _config(space: Space, sets: list[str], baseline: bool) -> dict:
+def _config(space: Space, sets: list[str], baseline: bool) -> dict[str, Any]:
     if baseline and space.baseline is None:
         raise BadInput(f"{space.source} has no baseline; drop --baseline or add one")
     return overridden(space, (space.baseline or {}) if baseline else {}, parse_sets(sets, space))

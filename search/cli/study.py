@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 if TYPE_CHECKING:
     from typer._click import Context
 
-    from search.study import Runner
+    from search.runner import Runner
 
 app = typer.Typer(help="Run a configuration search and look at its results.", no_args_is_help=True)
 
@@ -70,8 +70,9 @@ def run(
     from search.errors import BadInput
     from search.loadtest.spec import parse_duration
     from search.progress import StudyProgress
+    from search.storage import load
     from search.strategy import SAMPLERS
-    from search.study import Interrupted, StudyRun, known_configs, load
+    from search.study import Interrupted, StudyRun, known_configs
 
     if sampler not in SAMPLERS:
         raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
@@ -100,8 +101,8 @@ def run(
 def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_address: str | None) -> Runner:
     """Where trials run: one host at a time in this process, or every GPU host of a Ray cluster."""
     from search.errors import BadInput
-    from search.hosts import LocalHost
-    from search.study import InProcessRunner
+    from search.hosts import local_host
+    from search.runner import InProcessRunner
 
     if ray_address is not None:
         if hosts_file is not None or name is not None:
@@ -112,7 +113,7 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
     if hosts_file is None:
         if name is not None:
             raise BadInput("--host needs --hosts FILE")
-        return InProcessRunner([LocalHost(emulate=emulate)])
+        return InProcessRunner([local_host(emulate=emulate)])
     if emulate:
         raise BadInput("--emulate runs trials locally; leave out --hosts (or set emulate: true on the host)")
     from search.hosts.config import load_hosts
@@ -126,15 +127,20 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
 
 @app.command("list")
 def list_studies(storage: str = _STORAGE) -> None:
-    """Every study in the storage: trials, best value, when it started."""
+    """Every study in the storage: trials, its winner (as `study show` names it), when it started."""
     import optuna
 
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
+    from search.results import ranking
+    from search.storage import StudyAttr, views
+
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
     if not summaries:
         print(f"no studies in {storage}; start one with `search study run SPACE --study NAME`")
         return
     for s in summaries:
-        best = f"best {s.best_trial.value:,.0f} tok/s (trial {s.best_trial.number})" if s.best_trial else "no result yet"
+        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        won = ranking(study).best(views(study)) if StudyAttr.SPACE in study.user_attrs else None
+        best = f"best {won.mean:,.0f} tok/s (trial {won.number})" if won and won.mean else "no result yet"
         began = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"
         print(f"{s.study_name}\t{s.n_trials} trials\t{best}\tstarted {began}")
 
@@ -148,7 +154,7 @@ def show(
 ) -> None:
     """The ranked trials, counts by outcome, gain over the baseline, GPU time, importances."""
     from search.results import render
-    from search.study import load
+    from search.storage import load
 
     sys.stdout.write(render(load(name, storage), fmt, top))
 
@@ -163,7 +169,7 @@ def export(
 ) -> None:
     """Write the launch profile of the best trial (or --trial N)."""
     from search.export import export as write
-    from search.study import load
+    from search.storage import load
 
     print(write(load(name, storage), fmt, number=trial, out=out))
 
@@ -181,7 +187,7 @@ def report(
     import re
 
     from search.report import write
-    from search.study import load
+    from search.storage import load
 
     default = Path(f"report-{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.html")
     print(write(load(name, storage), out or default, storage))

@@ -15,6 +15,7 @@ from search.errors import InfrastructureFault, RunFailed
 from search.logwatch import Event
 from search.overrides import overridden, parse_sets
 from search.stop_signals import stop_signals_as_interrupt
+from search.storage import Outcome
 from search.trial import TrialResult, meets_slos, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
@@ -33,7 +34,7 @@ def run(
     answers, run the load-test ladder, tear it down and print the timeline and the levels."""
     from search.artifacts import TrialArtifacts
     from search.cli.space import checked_space
-    from search.hosts import LocalHost
+    from search.hosts import local_host
 
     space = checked_space(space_path)
     config = overridden(space, space.baseline or {}, parse_sets(sets, space))
@@ -47,13 +48,14 @@ def run(
 
     console.print(f"trial {artifacts.root}  ({'emulated' if emulate else 'local'})")
     with stop_signals_as_interrupt():  # a hang-up tears the server down as Ctrl-C does
-        result = run_trial(space, config, LocalHost(emulate=emulate), trial_dir=artifacts.root, marker=marker,
+        result = run_trial(space, config, local_host(emulate=emulate), trial_dir=artifacts.root, marker=marker,
                            on_event=on_event)
     _print(result, space, began)
-    if result.outcome == "infrastructure":
-        raise InfrastructureFault(result.failure.message)
-    if result.outcome == "crashed":
-        raise RunFailed(result.failure.message)
+    message = result.failure.message if result.failure else str(result.outcome)
+    if result.outcome == Outcome.INFRASTRUCTURE:
+        raise InfrastructureFault(message)
+    if result.outcome == Outcome.CRASHED:
+        raise RunFailed(message)
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -83,7 +85,7 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
     if result.objective is not None:
         console.print(f"{result.outcome}: peak {result.objective:,.0f} output tok/s at concurrency "
                       f"{result.peak_concurrency}")
-    elif result.outcome in ("completed", "pruned"):
+    elif result.outcome in (Outcome.COMPLETED, Outcome.PRUNED):
         console.print(f"{result.outcome}: no level met the SLOs")
     if result.answers_differ:
         console.print("[yellow]answers differ from the baseline's[/yellow]")
@@ -102,6 +104,6 @@ def show(
     import sys
 
     from search.results import trial_text
-    from search.study import load
+    from search.storage import load
 
     sys.stdout.write(trial_text(load(study, storage), number))

@@ -1,6 +1,15 @@
-"""Where servers run: the :class:`Host` / :class:`ServerHandle` protocols and the local host."""
+"""Where servers run: the :class:`Host` / :class:`ServerHandle` protocols, this machine, the emulator on it."""
 
 from search.hosts.base import MARKER_ENV, GpuSample, Host, ServerHandle
 from search.hosts.local import LocalHost
 
-__all__ = ["MARKER_ENV", "GpuSample", "Host", "LocalHost", "ServerHandle"]
+__all__ = ["MARKER_ENV", "GpuSample", "Host", "LocalHost", "ServerHandle", "local_host"]
+
+
+def local_host(*, emulate: bool = False, name: str = "local") -> LocalHost:
+    """This machine: SGLang as the profile launches it, or with ``emulate`` the SGLang emulator."""
+    if emulate:
+        from search.hosts.emulated import EmulatedHost  # the emulator is loaded only when it runs
+
+        return EmulatedHost(name=name)
+    return LocalHost(name=name)

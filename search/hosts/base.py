@@ -62,6 +62,11 @@ class Host(Protocol):
 
     name: str
 
+    @property
+    def available(self) -> bool:
+        """False once the host is lost (an SSH host whose reconnects failed): runners skip it."""
+        ...
+
     def adapt(self, profile: LaunchProfile) -> LaunchProfile:
         """``profile`` as this host runs it (an SSH host's ``server_port``): what the trial starts and records."""
         ...
@@ -78,8 +83,12 @@ class Host(Protocol):
         """Kill every process carrying ``marker``; return how many there were."""
         ...
 
-    def gpu_samples(self) -> list[GpuSample] | None:
-        """The host's GPUs now; None when unknown."""
+    def trial_gpus(self, profile: LaunchProfile) -> list[int]:
+        """The GPUs ``profile`` uses on this host (its CUDA_VISIBLE_DEVICES, else 0..tp-1)."""
+        ...
+
+    def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
+        """The host's GPUs now, read with a trial's environment ``env`` on top; None where no ``nvidia-smi`` is."""
         ...
 
 

@@ -14,8 +14,8 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from search.errors import BadInput
+from search.profile import is_secret
 from search.secret_rule import SECRET_VALUE, secret_advice
-from search.space import is_secret
 from search.yaml_keys import duplicate_keys
 
 

@@ -4,8 +4,8 @@ Teardown never trusts the process tree alone: SGLang's scheduler ranks outlive a
 parent (they keep their GPUs), and a child may leave the process group. So every server gets
 ``SEARCH_TRIAL_MARKER=<marker>`` in its environment, and after the group is signalled we scan
 ``/proc/*/environ`` for the marker and kill what is left. Nothing is ever matched by name.
-Whether the host is clean is read from the kernel: listening sockets in ``/proc/net/tcp*`` for
-the port, and for the emulator the ``flock`` on its per-GPU lock files.
+Whether the host is clean is read from the kernel (listening sockets in ``/proc/net/tcp*`` for
+the port) and from ``nvidia-smi`` for the GPUs; `search.hosts.emulated` runs the emulator instead.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ import queue
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from search import gpu
-from search.emulator import gpu_state
-from search.emulator.config import Settings
 from search.errors import InfrastructureFault
 from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.logwatch import follow
@@ -33,8 +30,6 @@ from search.secret_env import set_secrets
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
 
-EMULATOR_LAUNCHER = (sys.executable, "-m", "search.emulator")
-EMULATOR_NVIDIA_SMI = (sys.executable, "-m", "search.emulator.nvidia_smi")
 _POLL_S = 0.02  # how often teardown looks whether the processes are gone
 _KILL_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear before we call it a fault
 _RELEASE_WAIT_S = 5.0  # how long port and GPUs get to be released once every process is gone
@@ -219,7 +214,7 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _wait_gone(alive, timeout: float, what: str) -> None:
+def _wait_gone(alive: Callable[[], list[int]], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while (left := alive()) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
@@ -232,16 +227,32 @@ def _wait_gone(alive, timeout: float, what: str) -> None:
 
 
 class LocalHost:
-    """Runs servers on this machine.
+    """Runs servers on this machine: the profile's own launcher, GPUs as ``nvidia-smi`` reports them.
 
-    ``emulate=True`` starts ``python -m search.emulator`` with the profile's SGLang flags
-    instead of its launcher, and checks the emulator's GPU locks. On real GPUs only the port
-    is checked here; ``nvidia-smi`` checks come with the GPU module.
+    `search.hosts.emulated.EmulatedHost` changes the three things that differ on the emulator:
+    the command (:meth:`argv`), who holds a GPU (:meth:`gpu_holders`) and the ``nvidia-smi``
+    that reports them (:meth:`nvidia_smi`).
     """
 
-    def __init__(self, *, emulate: bool = False, name: str = "local") -> None:
+    available = True  # this machine does not go away between trials
+
+    def __init__(self, *, name: str = "local") -> None:
+        if not name:
+            raise ValueError("a host needs a name: it is recorded with every trial it runs")
         self.name = name
-        self.emulate = emulate
+
+    def argv(self, profile: LaunchProfile) -> list[str]:
+        """The command that starts ``profile`` here."""
+        return list(profile.argv)
+
+    def nvidia_smi(self) -> tuple[str, ...] | None:
+        """The ``nvidia-smi`` command of this machine; None where there is none."""
+        return ("nvidia-smi",) if shutil.which("nvidia-smi") else None
+
+    def gpu_holders(self, profile: LaunchProfile, gpus: list[int]) -> list[str]:
+        """Which of ``gpus`` another process holds, as ``GPU 3 by pid 12 (...)``."""
+        samples = self.gpu_samples(profile.env)
+        return gpu.busy(samples, gpus) if samples is not None else []
 
     def _environment(self, profile: LaunchProfile, marker: str | None = None) -> dict[str, str]:
         """Ours plus the profile's: secrets named by ``profile.secret_env`` pass through unwritten."""
@@ -258,7 +269,7 @@ class LocalHost:
     def start(self, profile: LaunchProfile, *, marker: str, log_path: Path) -> LocalServer:
         """Start ``profile`` in a new session with its output (stdout and stderr) in ``log_path``."""
         env = self._environment(profile, marker)
-        argv = [*EMULATOR_LAUNCHER, *profile.args] if self.emulate else list(profile.argv)
+        argv = self.argv(profile)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             try:
@@ -274,17 +285,7 @@ class LocalHost:
         inodes = _listening_inodes(profile.port)
         if inodes:
             found.append(f"port {profile.port} by {describe_pid(_socket_owner(inodes))}")
-        gpus = self.trial_gpus(profile)
-        if self.emulate:
-            state = _emulator_state(self._environment(profile))
-            found += [
-                f"GPU {i} by {describe_pid(gpu_state.read(state, i).pid or None)}"
-                for i in gpus
-                if gpu_state.is_held(state, i)
-            ]
-        elif (samples := self.gpu_samples(profile.env)) is not None:
-            found += gpu.busy(samples, gpus)
-        return found
+        return found + self.gpu_holders(profile, self.trial_gpus(profile))
 
     def ensure_clean(self, profile: LaunchProfile, *, timeout: float) -> None:
         """Wait up to ``timeout`` s until nothing holds the profile's port and GPUs; never kills."""
@@ -310,23 +311,16 @@ class LocalHost:
         return server_gpus(profile.args, self._environment(profile))
 
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
-        """``nvidia-smi`` (the emulator's stand-in when emulating); None where there is none.
+        """What :meth:`nvidia_smi` reports; None where there is none.
 
-        ``env`` is a trial's own environment (its profile's): it may name the emulator's state
-        directory, which then wins over this process's.
+        ``env`` is a trial's own environment (its profile's): what it sets (the emulator's state
+        directory) wins over this process's.
         """
-        if self.emulate:
-            command = EMULATOR_NVIDIA_SMI
-        elif shutil.which("nvidia-smi"):
-            command = ("nvidia-smi",)
-        else:
+        command = self.nvidia_smi()
+        if command is None:
             return None
         done = subprocess.run(gpu.query_argv(command), capture_output=True, text=True,
                               env={**os.environ, **(env or {})}, timeout=30)
         if done.returncode != 0:
             raise InfrastructureFault(f"{command[-1]} failed ({done.returncode}): {done.stderr.strip()[-200:]}")
         return gpu.parse(done.stdout)
-
-
-def _emulator_state(env: Mapping[str, str]) -> Path:
-    return Settings.from_env(dict(env)).state_dir

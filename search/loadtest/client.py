@@ -227,7 +227,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, api: str, body: b
             record.error = "empty_output"
     except aiohttp.ClientConnectorError:
         record.error = "connect"
-    except asyncio.TimeoutError:
+    except TimeoutError:
         record.error = "timeout"
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError):
         record.error = "disconnected"

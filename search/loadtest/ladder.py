@@ -12,8 +12,9 @@ import contextlib
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import httpx
@@ -91,7 +92,7 @@ async def _model_card(session: aiohttp.ClientSession, url: str, spec: LadderSpec
             card = (await resp.json(content_type=None))["data"][0]
     except aiohttp.ClientConnectorError:
         raise
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError):
+    except (TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError):
         card = {}  # not an OpenAI-style server list: SGLang accepts any name
     context = card.get("max_model_len") if isinstance(card, dict) else None
     name = spec.model or (str(card["id"]) if isinstance(card, dict) and "id" in card else "default")

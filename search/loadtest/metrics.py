@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -149,7 +150,7 @@ def from_requests(level: int, records: list[Record]) -> LevelResult:
         end - start,
         done,
         ttft=[r.chunks[0] - r.send for r in done],
-        itl=[b - a for r in done for a, b in zip(r.chunks, r.chunks[1:])],
+        itl=[b - a for r in done for a, b in zip(r.chunks, r.chunks[1:], strict=False)],
         out_tokens=sum(r.tokens() for r in done),
         busy=sum(_ended(r) - r.send for r in done),
         errors=error_counts(records),

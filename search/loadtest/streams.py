@@ -232,14 +232,14 @@ class RemoteStreams:
     lag = 2 * FLUSH_S
 
     def __init__(self, conns: list[Connection], concurrency: int, requests: int | None) -> None:
-        self.conns = [c for c, share in zip(conns, _shares(concurrency, len(conns))) if share]
+        self.conns = [c for c, share in zip(conns, _shares(concurrency, len(conns)), strict=True) if share]
         self.records: list[Record] = []
         self.finished = 0
         self.failures: Counter[str] = Counter()
         self._mirror: dict[tuple[int, int], Record] = {}
         self._stopped: dict[int, float] = {}  # worker -> its CPU share
         request_shares = _shares(requests, len(self.conns)) if requests is not None else [None] * len(self.conns)
-        for conn, share, budget in zip(self.conns, _shares(concurrency, len(self.conns)), request_shares):
+        for conn, share, budget in zip(self.conns, _shares(concurrency, len(self.conns)), request_shares, strict=True):
             conn.send(("run", share, budget))
 
     def _apply(self, worker: int, message: tuple[Any, ...]) -> None:

@@ -14,10 +14,11 @@ import copy
 import json
 import logging
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, NoReturn
 
 import yaml
 
@@ -51,7 +52,7 @@ class Flag:
     nargs: str | int | None
     type: str | None
     default: Any
-    choices: tuple | None
+    choices: tuple[Any, ...] | None
     replacement: str | None
     help: str
     const: Any = None
@@ -213,15 +214,22 @@ class _Parser(argparse.ArgumentParser):
         if not self.raising:
             _log.warning(message)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         if self.raising:
             raise ManifestError(message)
         super().error(message)
 
 
+def _deprecation(parser: argparse.ArgumentParser, message: str) -> None:
+    """SGLang's deprecation warning, collected by our parser (actions are typed against argparse's)."""
+    assert isinstance(parser, _Parser), "manifest actions run only inside Manifest.parser()"
+    parser.deprecation(message)
+
+
 # SGLang's actions, rebuilt. Warning texts are the ones SGLang prints.
 class _LoRAPathAction(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         paths: list[Any] = []
         for path in values or []:
             path = path.strip()
@@ -238,14 +246,15 @@ class _LoRAPathAction(argparse.Action):
 
 
 class _DeprecatedAction(argparse.Action):
-    def __init__(self, option_strings, dest, error_message=None, **kwargs):
+    def __init__(self, option_strings: Sequence[str], dest: str, error_message: str | None = None, **kwargs: Any) -> None:
         self.error_message = error_message
         super().__init__(option_strings, dest, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         if self.error_message is not None:
             parser.error(self.error_message)
-        parser.deprecation(
+        _deprecation(parser,
             f"The command line argument '{option_string}' is deprecated and "
             "will be removed in future versions."
         )
@@ -254,38 +263,45 @@ class _DeprecatedAction(argparse.Action):
 class _DeprecatedStoreAction(argparse.Action):
     """DeprecatedStoreTrue/StoreConst/AliasStore: warn, then store `stored` (or the value)."""
 
-    def __init__(self, option_strings, dest, new_flag=None, stored=None, use_value=False, **kwargs):
+    def __init__(self, option_strings: Sequence[str], dest: str, new_flag: str | None = None, stored: Any = None,
+                 use_value: bool = False, **kwargs: Any) -> None:
         self.new_flag, self.stored, self.use_value = new_flag, stored, use_value
         super().__init__(option_strings, dest, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         replacement = f" Use '{self.new_flag}' instead." if self.new_flag else ""
-        parser.deprecation(
+        _deprecation(parser,
             f"'{option_string}' is deprecated and will be removed in a future release.{replacement}"
         )
         setattr(namespace, self.dest, values if self.use_value else self.stored)
 
 
-@cache
+_HELP_DEPRECATED: dict[str, type[argparse.Action]] = {}  # by the stock action's name: one subclass each
+
+
 def _help_deprecated(base: type[argparse.Action]) -> type[argparse.Action]:
     """A stock action whose help retires it: SGLang warns after parsing, we warn on use."""
+    if base.__qualname__ in _HELP_DEPRECATED:
+        return _HELP_DEPRECATED[base.__qualname__]
 
     class HelpDeprecated(base):  # type: ignore[valid-type, misc]
         replacement: str | None = None
 
-        def __call__(self, parser, namespace, values, option_string=None):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
             if self.replacement:
-                parser.deprecation(
+                _deprecation(parser,
                     f"{option_string} is deprecated. Please use {self.replacement} instead."
                 )
             else:
-                parser.deprecation(f"{option_string} is deprecated.")
+                _deprecation(parser, f"{option_string} is deprecated.")
             super().__call__(parser, namespace, values, option_string)
 
-    return HelpDeprecated
+    return _HELP_DEPRECATED.setdefault(base.__qualname__, HelpDeprecated)
 
 
-def _add(parser: _Parser, f: Flag, convert: Callable | None) -> None:
+def _add(parser: _Parser, f: Flag, convert: Callable[[str], Any] | None) -> None:
     """Register one flag on `parser` with the action SGLang uses."""
     common: dict[str, Any] = {"dest": f.dest, "default": f.default, "help": f.help}
     if f.required:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 Converter = Callable[[str], Any]
 

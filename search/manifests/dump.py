@@ -69,13 +69,13 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def _choices(choices: Any) -> list | None:
+def _choices(choices: Any) -> list[Any] | None:
     """Choices as a list; a set (its order changes per process) is sorted to keep files stable."""
     if choices is None:
         return None
     if isinstance(choices, (set, frozenset)):
         choices = sorted(choices, key=repr)
-    return _json_safe(list(choices))
+    return [_json_safe(c) for c in choices]
 
 
 def _converter(fn: Any) -> str | None:
@@ -96,7 +96,7 @@ def _replacement(action: argparse.Action) -> str | None:
     """What a retired flag names instead: the action's `new_flag`, else its help text."""
     new_flag = getattr(action, "new_flag", None)
     if new_flag:
-        return new_flag
+        return str(new_flag)
     match = _REPLACEMENT.search(action.help or "")
     return match.group(1).rstrip(".") if match else None
 

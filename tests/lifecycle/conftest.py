@@ -21,8 +21,10 @@ from tests.helpers import free_port
 LANDSCAPE = '''
 ERRORS = {
     "loading": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 95.59 GiB",
-    "kv_cache": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: self.server_args.mem_fraction_static=0.5",
-    "autotune": "subprocess.CalledProcessError: Command '['ninja', '-v', '-C', '/root/.cache/flashinfer/0.5.3/80/cached_ops']' returned non-zero exit status 1.",
+    "kv_cache": "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                "Current value: self.server_args.mem_fraction_static=0.5",
+    "autotune": "subprocess.CalledProcessError: Command '['ninja', '-v', '-C', '/root/.cache/flashinfer/0.5.3/80/cached_ops']' "
+                "returned non-zero exit status 1.",
     "cuda_graph": "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10].",
     "warmup": "RuntimeError: trtllm-gen MoE kernels are not supported on SM120.",
 }

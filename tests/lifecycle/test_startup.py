@@ -12,6 +12,7 @@ import pytest
 
 from search.errors import InfrastructureFault
 from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.lifecycle import start_server
 from search.logwatch import PHASES, Event
 
@@ -75,7 +76,7 @@ CRASHES = [
 
 
 def _start(make_profile, marker, tmp_path, outcome, timeouts=None, **kw):
-    host, profile, events = LocalHost(emulate=True), make_profile(outcome, **kw), []
+    host, profile, events = EmulatedHost(), make_profile(outcome, **kw), []
     handle, startup = start_server(host, profile, marker=marker, log_path=tmp_path / "server.log",
                                    timeouts=timeouts or {}, on_event=events.append)
     return host, profile, handle, startup, events
@@ -133,7 +134,8 @@ def test_crash_names_kind_phase_and_line(make_profile, marker, tmp_path, phase, 
         assert (failure.kind, failure.phase) == (kind, phase)
         assert evidence in failure.line
         assert not failure.infrastructure
-        assert failure.message.startswith(f"{'out of memory' if kind == 'oom' else kind if kind == 'unsupported' else 'crashed'} at {phase}: ")
+        said = "out of memory" if kind == "oom" else kind if kind == "unsupported" else "crashed"
+        assert failure.message.startswith(f"{said} at {phase}: ")
         assert evidence in failure.message
         # the event stream ends in the failure, after the phase it names was entered
         names = _phase_names(events)
@@ -209,7 +211,7 @@ def test_a_progress_bar_redrawn_with_carriage_returns_keeps_its_phase_alive(scri
 def test_a_version_without_signatures_still_starts(make_profile, marker, tmp_path):
     """A space on a release newer than the signature files (a live manifest of 0.5.10) is read
     with every known wording instead of refused."""
-    host, profile = LocalHost(emulate=True), dataclasses.replace(make_profile("ok"), sglang_version="0.5.10")
+    host, profile = EmulatedHost(), dataclasses.replace(make_profile("ok"), sglang_version="0.5.10")
     handle, startup = start_server(host, profile, marker=marker, log_path=tmp_path / "server.log", timeouts={})
     try:
         assert startup.ok and list(startup.phases) == list(PHASES)
@@ -218,7 +220,7 @@ def test_a_version_without_signatures_still_starts(make_profile, marker, tmp_pat
 
 
 def test_gpu_held_by_another_server_is_an_infrastructure_failure(make_profile, marker, tmp_path):
-    host = LocalHost(emulate=True)
+    host = EmulatedHost()
     first = make_profile("ok")
     holder, ready = start_server(host, first, marker=marker, log_path=tmp_path / "first.log", timeouts={})
     try:
@@ -240,7 +242,7 @@ def test_gpu_held_by_another_server_is_an_infrastructure_failure(make_profile, m
 
 
 def test_exit_without_a_failure_line_is_a_crash_with_the_exit_code(make_profile, marker, tmp_path):
-    host = LocalHost(emulate=True)
+    host = EmulatedHost()
     # An unknown flag: the emulator exits 2 with argparse's message, as SGLang does.
     _, profile, handle, startup, events = _start(make_profile, marker, tmp_path, "ok", args=["--no-such-flag"])
     handle.stop()

@@ -14,6 +14,7 @@ import pytest
 
 from search.errors import InfrastructureFault
 from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.lifecycle import start_server
 
 # A server that ignores SIGTERM and leaves behind a child in its own session (out of the group),
@@ -68,7 +69,7 @@ def bystander():
 
 
 def test_orphaned_ranks_of_a_sigkilled_parent_are_found_by_marker(make_profile, marker, tmp_path, bystander):
-    host, profile = LocalHost(emulate=True), make_profile("ok")
+    host, profile = EmulatedHost(), make_profile("ok")
     handle, startup = start_server(host, profile, marker=marker, log_path=tmp_path / "server.log", timeouts={})
     assert startup.ok
     os.kill(handle.pid, signal.SIGKILL)  # the parent dies as in a crash; its ranks live on
@@ -84,7 +85,7 @@ def test_orphaned_ranks_of_a_sigkilled_parent_are_found_by_marker(make_profile, 
     assert 0.5 <= time.monotonic() - began < 3
 
     # A driver that died mid-trial comes back and kills the leftovers by marker alone.
-    assert LocalHost(emulate=True).kill_marker(marker) >= 2
+    assert EmulatedHost().kill_marker(marker) >= 2
     host.ensure_clean(profile, timeout=2)
     assert host.kill_marker(marker) == 0
     handle.stop()  # nothing left to do, and it says so by not raising
@@ -92,7 +93,7 @@ def test_orphaned_ranks_of_a_sigkilled_parent_are_found_by_marker(make_profile, 
 
 
 def test_stop_after_parent_killed_sweeps_the_orphans(make_profile, marker, tmp_path, bystander):
-    host, profile = LocalHost(emulate=True), make_profile("ok", tp=3)
+    host, profile = EmulatedHost(), make_profile("ok", tp=3)
     handle, startup = start_server(host, profile, marker=marker, log_path=tmp_path / "server.log", timeouts={})
     assert startup.ok
     os.kill(handle.pid, signal.SIGKILL)
@@ -150,5 +151,5 @@ def test_ensure_clean_names_the_process_holding_the_port(make_profile):
         s.bind(("127.0.0.1", profile.port))
         s.listen()
         with pytest.raises(InfrastructureFault, match=rf"port {profile.port} by pid {os.getpid()} "):
-            LocalHost(emulate=True).ensure_clean(profile, timeout=0.2)
-    LocalHost(emulate=True).ensure_clean(profile, timeout=0.2)
+            EmulatedHost().ensure_clean(profile, timeout=0.2)
+    EmulatedHost().ensure_clean(profile, timeout=0.2)

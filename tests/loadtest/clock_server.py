@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import itertools
+import json
 import math
 from typing import Any
 

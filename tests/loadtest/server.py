@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+
 from tests.helpers import free_port
 
 SERVER_ARGS = ["--model-path", "m", "--tp", "8"]

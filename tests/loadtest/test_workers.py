@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from search.loadtest import LadderSpec, run_ladder
-from search.loadtest import ladder
+from search.loadtest import LadderSpec, ladder, run_ladder
 
 from .server import Server
 from .test_ladder_emulator import modelled

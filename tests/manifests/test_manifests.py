@@ -183,7 +183,7 @@ def test_shipped_0523_manifest_matches_the_real_parser_flag_for_flag(real_parser
         argparse._StoreTrueAction: "store_true",
         argparse.BooleanOptionalAction: "boolean_optional",
     }
-    for action, flag in zip(actions, manifest.flags):
+    for action, flag in zip(actions, manifest.flags, strict=True):
         where = action.option_strings[0]
         assert tuple(action.option_strings) == flag.options, where
         assert action.dest == flag.dest, where

@@ -16,8 +16,8 @@ import pytest
 import ray
 
 from search.parallel import NAME_ENV, RayRunner, emulated_cluster
+from search.runner import Job
 from search.space import Space, load_space
-from search.study import Job
 from search.trial import TrialResult
 from tests import helpers
 

@@ -16,8 +16,8 @@ import ray
 from optuna.trial import TrialState
 
 from search.parallel import RayRunner
+from search.runner import Hooks
 from search.space import Space
-from search.study import Hooks
 from tests.parallel.conftest import LocalCluster, drain, driver, host_of, job, marker_processes
 
 N_TRIALS = 4

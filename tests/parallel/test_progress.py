@@ -11,12 +11,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.loadtest import LevelResult
 from search.logwatch import Event
 from search.progress import StudyProgress
+from search.runner import InProcessRunner
 from search.space import load_space
-from search.study import InProcessRunner, StudyRun
+from search.study import StudyRun
 from tests.parallel.conftest import write_space
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -25,7 +26,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def _run(tmp_path: Path) -> StudyRun:
     """A study that is never run: the display is driven through its listener as the driver would."""
     return StudyRun(space=load_space(write_space(tmp_path, time_scale=0.01)), name="shown",
-                    runner=InProcessRunner([LocalHost(emulate=True)]))
+                    runner=InProcessRunner([EmulatedHost()]))
 
 
 def _level(tok_s: float, concurrency: int) -> LevelResult:

@@ -15,7 +15,6 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from search.cli import app
-
 from tests.helpers import ctrl_c_reaches
 from tests.parallel.conftest import SLOW_BELOW, LocalCluster, driver, marker_processes, parent, study_command
 

@@ -14,8 +14,8 @@ import ray
 
 from search.loadtest import LevelResult
 from search.parallel import RESOURCE, RayRunner, _AgentActor, connect
+from search.runner import Hooks
 from search.space import Space
-from search.study import Hooks
 from tests.parallel.conftest import LocalCluster, drain, job, marker_processes
 
 STUDY = "ray-runner"

@@ -14,7 +14,7 @@ from PIL import Image, ImageStat
 from plotly.offline import get_plotlyjs
 
 from search import report, results
-from search.study import REMEASURE_GPU_ATTR, load, space_of
+from search.storage import StudyAttr, load, space_of
 from tests.report.browser import PageView, view
 from tests.report.conftest import CRASH_LINE, STUDY, search
 
@@ -118,10 +118,10 @@ def test_outcome_map_shows_which_value_crashed_where_with_the_log_line(demo: Pat
 
 def test_pareto_front_is_exactly_the_undominated_levels(demo: Path) -> None:
     _, sections = _study(demo)
-    for levels, front in zip(sections["latency"].figure.data[0::2], sections["latency"].figure.data[1::2]):
-        points = list(zip(levels.x, levels.y))
+    for levels, front in zip(sections["latency"].figure.data[0::2], sections["latency"].figure.data[1::2], strict=True):
+        points = list(zip(levels.x, levels.y, strict=True))
         undominated = {p for p in points if not any(q != p and q[0] >= p[0] and q[1] <= p[1] for q in points)}
-        assert set(zip(front.x, front.y)) == undominated and undominated
+        assert set(zip(front.x, front.y, strict=True)) == undominated and undominated
 
 
 def test_gpu_time_chart_adds_up_to_the_study_totals(demo: Path) -> None:
@@ -136,7 +136,7 @@ def test_gpu_time_chart_adds_up_to_the_study_totals(demo: Path) -> None:
 def test_gpu_time_spent_counts_the_re_measurement_runs(demo: Path) -> None:
     study, sections = _study(demo)
     trials = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in study.trials)
-    again = study.user_attrs[REMEASURE_GPU_ATTR]
+    again = study.user_attrs[StudyAttr.REMEASURE_GPU_SECONDS]
     assert again > 0  # the demo re-measured its top configs once each
     assert math.isclose(results.gpu_time(study)["spent_s"], trials + again)
     div, _ = report._duration_unit(trials + again + results.gpu_time(study)["saved_s"])

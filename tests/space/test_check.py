@@ -9,7 +9,8 @@ import pytest
 
 from search.command import check_command
 from search.manifests import load
-from search.space import check_space, load_space, parse_space
+from search.space import load_space, parse_space
+from search.space_check import check_space
 from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
 
 
@@ -68,7 +69,8 @@ def test_baseline_condition_violations_and_missing_params() -> None:
     data["baseline"]["--disable-cuda-graph"] = True     # --cuda-graph-max-bs now inactive but set
     del data["baseline"]["NCCL_MIN_NCHANNELS"]
     errors, _ = _lines(data)
-    assert "s.yaml: baseline.--cuda-graph-max-bs: set although its condition fails (allowed: only when --disable-cuda-graph=False)" in errors
+    assert ("s.yaml: baseline.--cuda-graph-max-bs: set although its condition fails "
+            "(allowed: only when --disable-cuda-graph=False)") in errors
     assert "s.yaml: baseline.NCCL_MIN_NCHANNELS: missing: the param applies here (allowed: null (flag omitted), 4, 8)" in errors
 
 
@@ -80,7 +82,8 @@ def test_condition_cycle_and_duplicate_dest() -> None:
     del data["baseline"]
     errors, _ = _lines(data)
     assert any("when: conditions form a cycle" in e for e in errors)
-    assert any(e.startswith("s.yaml: params.--tp-size: --tp-size sets tensor_parallel_size, already set by launch (--tp-size)") for e in errors)
+    assert any(e.startswith("s.yaml: params.--tp-size: --tp-size sets tensor_parallel_size, already set by launch (--tp-size)")
+               for e in errors)
 
 
 def test_deprecated_flags_warn_with_replacement_on_0_5_23() -> None:

@@ -13,8 +13,9 @@ import yaml
 from search.command import config_from_command, parse_command
 from search.errors import BadInput
 from search.manifests import load
-from search.profile import flag_tokens, from_json, render, to_json, to_sglang_config, to_shell
-from search.space import check_space, is_secret, load_space, parse_space
+from search.profile import flag_tokens, from_json, is_secret, render, to_json, to_sglang_config, to_shell
+from search.space import load_space, parse_space
+from search.space_check import check_space
 from tests.space.conftest import MINIMAL, SEED_COMMAND, SPACES
 
 SECRET = "hf_do_not_leak_123"
@@ -168,7 +169,8 @@ def test_config_from_command_names_every_misfit() -> None:
 
 def test_config_from_command_reports_parser_errors() -> None:
     space = load_space(SPACES / "glm5-nvfp4-8gpu.yaml")
-    with pytest.raises(BadInput, match="SGLang 0.5.9 rejects the launch command: argument --tensor-parallel-size/--tp-size: invalid int value: .eight."):
+    rejected = "SGLang 0.5.9 rejects the launch command: argument --tensor-parallel-size/--tp-size: invalid int value: .eight."
+    with pytest.raises(BadInput, match=rejected):
         config_from_command(space, "python -m sglang.launch_server --model m --tp eight")
 
 

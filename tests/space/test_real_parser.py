@@ -7,7 +7,8 @@ Spaces for 0.5.23 go through the installed sglang's own `ServerArgs.add_cli_args
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 import pytest

@@ -22,7 +22,6 @@ from search.hosts.ssh import SSHHost, command_line
 from search.profile import LaunchProfile
 from tests.helpers import free_port
 
-
 if TYPE_CHECKING:
     from conftest import Sshd
 

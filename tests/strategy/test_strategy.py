@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.errors import BadInput
+from search.storage import Outcome
 from search.strategy import SAMPLERS, Strategy, make_sampler
 from tests.strategy.fixture import LADDER, FixtureSpace, to_flags
 
@@ -163,7 +164,8 @@ def test_value_that_crashed_alone_is_retried_with_a_partner_change() -> None:
         if trial.user_attrs["strategy"] == "partner":
             break
         if config.get("--cuda-graph-max-bs-decode", 0) >= 1024:
-            strategy.tell(study, trial, "crashed", failure={"kind": "oom", "phase": "cuda_graph", "line": "CUDA out of memory", "message": ""})
+            strategy.tell(study, trial, Outcome.CRASHED,
+                          failure={"kind": "oom", "phase": "cuda_graph", "line": "CUDA out of memory", "message": ""})
         else:
             strategy.tell(study, trial, "completed", objective=1000.0)
     assert trial.user_attrs["strategy"] == "partner"
@@ -186,6 +188,7 @@ def test_centre_ignores_a_change_that_only_won_by_noise() -> None:
 
 def test_screen_values_pick_the_most_different_value() -> None:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
     from search.strategy import screen_values
     assert screen_values(CategoricalDistribution([None, 64, 128]), 64) == [None]
     assert screen_values(CategoricalDistribution(["auto", "triton", "cutlass"]), "cutlass") == ["auto"]
@@ -302,6 +305,7 @@ SEED_OOM_ADVICE = [  # what the log watcher keeps after SGLang's graph-capture O
 
 def test_advice_reads_direction_and_value_per_flag() -> None:
     from optuna.distributions import CategoricalDistribution
+
     from search.strategy import advice, discover
     dists = discover(FixtureSpace())
     assert advice("\n".join(SEED_OOM_ADVICE), dists) == {
@@ -319,6 +323,7 @@ def test_advice_reads_direction_and_value_per_flag() -> None:
 
 def test_toward_moves_one_grid_step_the_advised_way() -> None:
     from optuna.distributions import CategoricalDistribution, FloatDistribution
+
     from search.strategy import toward
     fraction = FloatDistribution(0.80, 0.95, step=0.01)
     assert toward(fraction, 0.92, ("down", None)) == 0.91  # grid 0.80, 0.84, 0.87, 0.91, 0.95
@@ -448,7 +453,7 @@ def _run_ladder(strategy: Strategy, study: optuna.Study,
     tell it completed."""
     trial, config = strategy.ask(study)
     measured = values(config) if callable(values) else values
-    for step, (concurrency, value) in enumerate(zip(LADDER, measured)):
+    for step, (concurrency, value) in enumerate(zip(LADDER, measured, strict=True)):
         strategy.on_level(study, trial, step, concurrency, value)
     strategy.tell(study, trial, "completed", objective=max(measured))
     return trial, config
@@ -615,7 +620,7 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
     """Nine uncapped configs within a few percent of each other differ in NCCL channels and memory
     fraction; seven capped ones run at 30-85% of them. Fitted on all sixteen, the model spends its
     length scales on the cap and reorders the top; fitted on the band near the best, it does not."""
-    import search.strategy as strategy_module
+    import search.ranking as ranking_module
 
     def run(n: int, mem: float, cap: int = 2048) -> dict:
         return {"--moe-runner-backend": "cutlass", "--max-running-requests": cap, "NCCL_MIN_NCHANNELS": n,
@@ -634,7 +639,7 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
         return [(t.params["NCCL_MIN_NCHANNELS"], t.params["--mem-fraction-static"]) for t in strategy.top(study, 3)]
 
     assert ranking(top + far) == ranking(top)
-    monkeypatch.setattr(strategy_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
+    monkeypatch.setattr(ranking_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
     assert ranking(top + far) != ranking(top)
 
 
@@ -654,7 +659,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     """Once the plan is done and enough trials are near the best, the model proposes every other
     trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
     takes the turns between."""
-    from search.strategy import BAND_MIN_POINTS, RANK_BAND
+    from search.ranking import BAND_MIN_POINTS, RANK_BAND
     space, strategy, study = _started()
     backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
 
@@ -664,7 +669,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
 
     asked = _drive(strategy, study, 45, level)
     kinds = [t.user_attrs["strategy"] for t in asked]
-    assert "model" in kinds and all(a != "model" or b != "model" for a, b in zip(kinds, kinds[1:]))
+    assert "model" in kinds and all(a != "model" or b != "model" for a, b in zip(kinds, kinds[1:], strict=False))
     first = kinds.index("model")
     done = [study.trials[t.number] for t in asked[:first] if study.trials[t.number].state == TrialState.COMPLETE]
     best = max(t.value for t in done)
@@ -683,13 +688,13 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
 def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
     sharp optimum), the first of the ranking was measured within RANK_GUARD of the best."""
-    import search.strategy as strategy_module
+    import search.ranking as ranking_module
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
     study = _study(strategy)
     _completed(space, strategy, study, [({"NCCL_MIN_NCHANNELS": n}, v) for n, v in
                                         [(1, 900.0), (2, 1000.0), (4, 980.0), (8, 920.0), (16, 960.0)]])
-    monkeypatch.setattr(strategy_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
+    monkeypatch.setattr(ranking_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
     ranked = [t.value for t in strategy.top(study, 5)]
     assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
     assert sorted(ranked[3:]) == [900.0, 920.0]

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from search import trial as trial_module
 from search.errors import RunFailed
-from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.space import load_space
 from search.study import Listener, StudyRun
 from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, write_space
@@ -26,7 +26,8 @@ STORAGE = "sqlite:///studies.db"
 
 def _driver(workdir: Path, space: Path, study: str, n_trials: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study, "--n-trials", str(n_trials),
+        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", study,
+         "--n-trials", str(n_trials),
          "--emulate", "--remeasure", "0", "--seed", "0"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
         preexec_fn=ctrl_c_reaches)
@@ -103,7 +104,7 @@ def test_infrastructure_fault_is_retried_not_blamed(workdir: Path, monkeypatch: 
         notes.append(text)
         holder.close()
 
-    run = StudyRun(space=space, name="i", host=LocalHost(emulate=True), storage=STORAGE, n_trials=1, remeasure=0,
+    run = StudyRun(space=space, name="i", host=EmulatedHost(), storage=STORAGE, n_trials=1, remeasure=0,
                    listener=Listener(note=note))
     study = run.run()
     first, second = study.trials[0], study.trials[1]
@@ -119,7 +120,7 @@ def test_endless_infrastructure_faults_stop_the_study(workdir: Path, monkeypatch
     space = load_space(write_space(workdir))
     holder = _hold_port(space.launch.port)
     try:
-        run = StudyRun(space=space, name="j", host=LocalHost(emulate=True), storage=STORAGE, n_trials=1, remeasure=0)
+        run = StudyRun(space=space, name="j", host=EmulatedHost(), storage=STORAGE, n_trials=1, remeasure=0)
         with pytest.raises(RunFailed, match="3 infrastructure faults in a row.*port"):
             run.run()
     finally:

@@ -14,13 +14,13 @@ from optuna.trial import TrialState, create_trial
 
 from search.results import changed, gpu_text, ranked, render
 from search.space import load_space
-from search.study import SPACE_ATTR
+from search.storage import StudyAttr
 from tests.helpers import write_space
 
 
-def test_a_planned_trial_still_waiting_is_not_a_result() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+def test_a_planned_trial_still_waiting_is_not_a_result(tmp_path: Path) -> None:
     study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.SPACE, load_space(write_space(tmp_path)).model_dump(mode="json"))
     ran = study.ask()
     ran.suggest_int("--cuda-graph-max-bs", 64, 512)
     study.tell(ran, 900.0)
@@ -39,7 +39,7 @@ def _gpu_study(tmp_path: Path) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_space(write_space(tmp_path))
     study = optuna.create_study(direction="maximize")
-    study.set_user_attr(SPACE_ATTR, space.model_dump(mode="json"))
+    study.set_user_attr(StudyAttr.SPACE, space.model_dump(mode="json"))
     dist = {"--max-running-requests": CategoricalDistribution([1, None])}
 
     def level(c: int, tok_s: float) -> dict[str, Any]:

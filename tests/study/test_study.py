@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 import search.cli
 from search.cli import app
-from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.space import load_space
-from search.study import StudyRun, remeasured
+from search.storage import remeasured
+from search.study import StudyRun
 from tests.helpers import write_space
 
 STORAGE = "sqlite:///studies.db"
@@ -33,7 +34,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Stu
     os.environ["SEARCH_EMULATOR_STATE_DIR"] = str(root / "state")
     try:
         space = load_space(write_space(root))
-        run = StudyRun(space=space, name="s1", host=LocalHost(emulate=True), storage=STORAGE, seed=0,
+        run = StudyRun(space=space, name="s1", host=EmulatedHost(), storage=STORAGE, seed=0,
                        n_trials=4, remeasure=1)
         study = run.run()
         yield root, study

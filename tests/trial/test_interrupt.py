@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from search.hosts import LocalHost
+from search.hosts import local_host
 from search.loadtest import LevelResult
 from search.space import load_space
 from search.trial import run_trial
@@ -27,7 +27,7 @@ def test_levels_measured_before_ctrl_c_reach_result_json(tmp_path: Path) -> None
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_trial(space, space.baseline, LocalHost(emulate=True), trial_dir=tmp_path / "t", marker="interrupt-1",
+            run_trial(space, space.baseline, local_host(emulate=True), trial_dir=tmp_path / "t", marker="interrupt-1",
                       on_level=interrupt)
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from search import correctness
-from search.hosts import LocalHost
+from search.hosts.emulated import EmulatedHost
 from search.hosts.local import _live_pids
 from search.loadtest import LevelResult
 from search.logwatch import PHASES
@@ -25,7 +25,7 @@ def _all_text(root: Path) -> str:
 
 
 def test_completed_trial_measures_and_writes_clean_artifacts(space_file, tmp_path):
-    space, host = load_space(space_file), LocalHost(emulate=True)
+    space, host = load_space(space_file), EmulatedHost()
     trial_dir, events, seen = tmp_path / "trials" / "s" / "0", [], []
 
     def on_level(level: LevelResult) -> bool:
@@ -65,7 +65,7 @@ def test_completed_trial_measures_and_writes_clean_artifacts(space_file, tmp_pat
 
 
 def test_corrupting_landscape_is_flagged_against_the_baselines_answers(space_file, tmp_path, monkeypatch):
-    space, host = load_space(space_file), LocalHost(emulate=True)
+    space, host = load_space(space_file), EmulatedHost()
     baseline = run_trial(space, space.baseline, host, trial_dir=tmp_path / "0", marker="t-baseline")
     assert baseline.outcome == "completed" and baseline.answers
     # The same server whose outputs are garbage (NaN logits): the landscape's corrupt() says so.
@@ -82,7 +82,7 @@ def test_corrupting_landscape_is_flagged_against_the_baselines_answers(space_fil
 
 
 def test_crash_is_recorded_with_phase_and_host_left_clean(space_file, tmp_path):
-    space, host = load_space(space_file), LocalHost(emulate=True)
+    space, host = load_space(space_file), EmulatedHost()
     config = {**space.baseline, "TEST_OUTCOME": "autotune"}
     trial_dir = tmp_path / "t"
     result = run_trial(space, config, host, trial_dir=trial_dir, marker="t-crash")
@@ -97,7 +97,7 @@ def test_crash_is_recorded_with_phase_and_host_left_clean(space_file, tmp_path):
 
 
 def test_server_dying_mid_ladder_aborts_it_at_once(space_file, tmp_path):
-    space, host = load_space(space_file), LocalHost(emulate=True)
+    space, host = load_space(space_file), EmulatedHost()
     marker = "t-dies"
 
     def kill_server(level: LevelResult) -> bool:
@@ -119,7 +119,7 @@ def test_dirty_host_is_an_infrastructure_outcome(space_file, tmp_path, monkeypat
 
     import search.trial
 
-    space, host = load_space(space_file), LocalHost(emulate=True)
+    space, host = load_space(space_file), EmulatedHost()
     monkeypatch.setattr(search.trial, "CLEAN_TIMEOUT_S", 0.3)
     with socket.socket() as s:
         s.bind(("127.0.0.1", space.launch.port))

@@ -1,0 +1,285 @@
+"""The stored record of a study: the attribute keys, loading a study and its space, a typed view of a trial.
+
+A study lives in a standard Optuna storage. What Optuna does not model, the driver stores as user
+attributes (docs/architecture.md, "What a study stores"): on each trial its outcome, failure,
+ladder levels, timings and the plan's notes; on the study its space and the re-measurements.
+This module is the one place those keys are spelled and read, so the driver that writes them and
+the views that read them (`search.results`, `search.export`, `search.report`, `search.progress`)
+cannot drift apart; `search.ranking` orders the :class:`TrialView` s built here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.errors import BadInput
+from search.space import Space, parse_space
+
+DEFAULT_STORAGE = "sqlite:///studies.db"
+
+
+class Attr(StrEnum):
+    """User attribute keys of a trial."""
+
+    OUTCOME = "outcome"  # an Outcome
+    FAILURE = "failure"  # Failure.to_dict(): kind, phase, line, message, infrastructure, advice
+    PHASE = "phase"  # the startup phase reached so far (kept while the trial runs)
+    PHASES = "phases"  # {phase: {"start", "duration"}}
+    LEVELS = "levels"  # LevelResult.to_dict() per ladder level, in order
+    PEAK = "peak_output_throughput"  # best level meeting the SLOs
+    PEAK_CONCURRENCY = "peak_concurrency"
+    SLO_OK = "slo_ok"
+    ANSWERS_DIFFER = "answers_differ"
+    GPU_SECONDS = "gpu_seconds"  # wall time the trial held the GPUs
+    GPU = "gpu"  # per level: concurrency, power_w, power_limit_w, utilization_pct
+    TEARDOWN = "teardown"  # the host was left dirty
+    HOST = "host"
+    ARTIFACTS = "artifacts"  # trials/<study>/<n>/
+    MARKER = "marker"  # the trial marker: a later run kills leftovers by it
+    DRIVER = "driver"  # who ran it: tells a dead run's RUNNING trial from a live one
+    PRUNED_BECAUSE = "pruned_because"
+    RETRY_OF = "retry_of"  # the trial an infrastructure fault re-enqueued
+    SKIPPED = "skipped"  # why the strategy told this proposal without running it
+    # The strategy's plan (search.strategy): which source proposed the trial, and its notes.
+    PLAN = "strategy"  # a Plan
+    LADDER = "level_concurrency"  # the concurrency of each level reported so far
+    SWEEP_PARAM = "sweep_param"
+    SWEEP_PASS = "sweep_pass"
+    SWEEP_FROM_WORKING = "sweep_from_working"
+    CENTRE_SCORE = "centre_score"  # a sweep move's centre score when it was planned
+    SWEEP_FROM = "sweep_from"  # ... and the centre's value of the swept parameter
+    PARTNER_OF = "partner_of"  # "param=value" of the crash a repair retries
+
+
+class Plan(StrEnum):
+    """Which source of the strategy's plan proposed a trial (its ``Attr.PLAN``)."""
+
+    BASELINE = "baseline"  # the space's baseline, first
+    KNOWN = "known"  # --start-from / --from-study
+    SWEEP = "sweep"  # screen, one-flag sweep, revisits, caps read off the ladder
+    PARTNER = "partner"  # a crashed move repaired with what its failure advises
+    MODEL = "model"  # the Gaussian-process model's proposal
+    SAMPLER = "sampler"  # the Optuna sampler (--sampler)
+
+
+class StudyAttr(StrEnum):
+    """User attribute keys of a study."""
+
+    SPACE = "space"  # the space as data, so views and export need no file
+    REMEASURED = "remeasured"  # {trial number: [objective per repeat]}: a finished trial cannot change
+    REMEASURE_GPU_SECONDS = "remeasure_gpu_seconds"
+    REMEASURING = "remeasuring"  # the re-measurement in flight: marker, host, driver
+
+
+class Outcome(StrEnum):
+    """What happened to a trial, as the driver told it (search.strategy says what each tells Optuna)."""
+
+    COMPLETED = "completed"
+    CRASHED = "crashed"  # the config's fault: PRUNED with constraint crashed = 1
+    PRUNED = "pruned"  # the ladder stopped it early
+    INFRASTRUCTURE = "infrastructure"  # the host's fault: FAIL, the same config enqueued again
+
+
+class Constraint(StrEnum):
+    """Optuna constraints set on every told trial; > 0 is infeasible."""
+
+    CRASHED = "crashed"
+    SLO = "slo"
+    CORRECTNESS = "correctness"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def study_names(storage: str) -> list[str]:
+    """Names of the studies in ``storage`` (empty when the database is new)."""
+    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+
+
+def load(name: str, storage: str = DEFAULT_STORAGE) -> optuna.Study:
+    """An existing study; BadInput naming the studies that exist otherwise."""
+    names = study_names(storage)
+    if name not in names:
+        known = f"studies in {storage}: {', '.join(names)}" if names else f"{storage} holds no studies yet"
+        raise BadInput(f"no study named {name!r} ({known}); run `search study run SPACE --study {name}` first")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def space_of(study: optuna.Study) -> Space:
+    """The space the study was created with (stored on the study as data)."""
+    data = study.user_attrs.get(StudyAttr.SPACE)
+    if data is None:
+        raise BadInput(f"study {study.study_name!r} was not created by `search study run` (no space stored)")
+    return parse_space(data, f"study {study.study_name}")
+
+
+def remeasured(study: optuna.Study) -> dict[int, list[float]]:
+    """Re-measured objective values by trial number."""
+    return {int(k): [float(x) for x in v] for k, v in study.user_attrs.get(StudyAttr.REMEASURED, {}).items()}
+
+
+def set_remeasured(study: optuna.Study, values: Mapping[int, list[float]]) -> None:
+    """Store the re-measurements on the study: Optuna lets a finished trial take no more values."""
+    study.set_user_attr(StudyAttr.REMEASURED, {str(k): list(v) for k, v in values.items()})
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+def meets_constraints(trial: FrozenTrial) -> bool:
+    """No constraint above 0 (a trial told before constraints existed meets them)."""
+    return not any(v > 0 for v in (trial.constraints or {}).values())
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """One trial as the views read it: the FrozenTrial with its user attributes typed.
+
+    ``measurements`` are every objective the config got: the trial's own value, then its
+    re-measurements (a finished trial cannot take them, so they come from the study).
+    """
+
+    frozen: FrozenTrial
+    remeasured: tuple[float, ...] = ()
+
+    @property
+    def number(self) -> int:
+        return self.frozen.number
+
+    @property
+    def state(self) -> TrialState:
+        return self.frozen.state
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.frozen.params
+
+    @property
+    def value(self) -> float | None:
+        return self.frozen.value
+
+    @property
+    def datetime_complete(self) -> datetime | None:
+        return self.frozen.datetime_complete
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.frozen.user_attrs
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The told outcome; None while it runs or waits."""
+        told = self.attrs.get(Attr.OUTCOME)
+        return Outcome(told) if told is not None else None
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the strategy told it without running it (a repeat, a known crash); None if it ran."""
+        return self.attrs.get(Attr.SKIPPED)
+
+    @property
+    def plan(self) -> Plan | None:
+        """Which source of the plan proposed it; None for a trial no strategy asked."""
+        tag = self.attrs.get(Attr.PLAN)
+        return Plan(tag) if tag is not None else None
+
+    @property
+    def pruned_because(self) -> str:
+        return str(self.attrs.get(Attr.PRUNED_BECAUSE, ""))
+
+    @property
+    def retry_of(self) -> int | None:
+        """The trial whose infrastructure fault this one runs again."""
+        return self.attrs.get(Attr.RETRY_OF)
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        return self.attrs.get(Attr.FAILURE) or None
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        return self.frozen.constraints or {}
+
+    @property
+    def crashed(self) -> bool:
+        return self.constraints.get(Constraint.CRASHED, 0.0) > 0
+
+    @property
+    def violated(self) -> list[str]:
+        """The constraints it breaks."""
+        return [name for name, v in self.constraints.items() if v > 0]
+
+    @property
+    def feasible(self) -> bool:
+        """Completed with a throughput, meeting every constraint: it may win."""
+        return (self.state == TrialState.COMPLETE and meets_constraints(self.frozen)
+                and self.value is not None and self.value > 0)
+
+    @property
+    def measurements(self) -> list[float]:
+        return ([self.value] if self.value is not None else []) + list(self.remeasured)
+
+    @property
+    def mean(self) -> float | None:
+        """The mean of its measurements; None when it has none."""
+        values = self.measurements
+        return statistics.fmean(values) if values else None
+
+    @property
+    def levels(self) -> list[dict[str, Any]]:
+        return list(self.attrs.get(Attr.LEVELS, []))
+
+    @property
+    def gpu(self) -> list[dict[str, Any]]:
+        return list(self.attrs.get(Attr.GPU, []))
+
+    @property
+    def phases(self) -> dict[str, dict[str, float]]:
+        return dict(self.attrs.get(Attr.PHASES, {}))
+
+    @property
+    def gpu_seconds(self) -> float:
+        return float(self.attrs.get(Attr.GPU_SECONDS, 0.0))
+
+    @property
+    def host(self) -> str:
+        return str(self.attrs.get(Attr.HOST, ""))
+
+    @property
+    def artifacts(self) -> str:
+        return str(self.attrs.get(Attr.ARTIFACTS, ""))
+
+    @property
+    def peak(self) -> float | None:
+        return self.attrs.get(Attr.PEAK)
+
+    @property
+    def peak_concurrency(self) -> int | None:
+        return self.attrs.get(Attr.PEAK_CONCURRENCY)
+
+
+def views(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialView]:
+    """The study's trials (those in ``states``, default all) as views, in number order."""
+    again = remeasured(study)
+    return [TrialView(t, tuple(again.get(t.number, ()))) for t in study.get_trials(deepcopy=False, states=states)]
+
+
+def view(study: optuna.Study, number: int) -> TrialView:
+    """Trial ``number`` of the study; BadInput naming the range otherwise."""
+    trials = views(study)
+    if not 0 <= number < len(trials):
+        raise BadInput(f"study {study.study_name!r} has no trial {number}; its trials are 0..{len(trials) - 1}")
+    return trials[number]
+
+
+def baseline(study: optuna.Study) -> TrialView | None:
+    """The completed baseline trial, if there is one."""
+    return next((t for t in views(study, (TrialState.COMPLETE,)) if t.plan == Plan.BASELINE), None)

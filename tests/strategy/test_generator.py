@@ -1,0 +1,104 @@
+"""The held-out landscapes of scripts/landscapes/generator.py and the benchmark's fine optimum."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import optuna
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = ROOT / "scripts" / "landscapes" / "generated_space.yaml"
+SEEDS = range(60)
+
+
+def _module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+generator = _module("generator", ROOT / "scripts" / "landscapes" / "generator.py")
+bench = _module("bench_search", ROOT / "scripts" / "bench_search.py")
+
+
+@pytest.fixture(scope="module")
+def problem() -> object:
+    return bench.load_problem(SPACE)
+
+
+def test_a_seed_draws_the_same_landscape_and_its_baseline_starts(problem: object) -> None:
+    for seed in SEEDS:
+        land = generator.make(seed)
+        assert land == generator.make(seed)
+        sim = bench.Simulator(problem, land)
+        assert sim.true_value(dict(problem.space.baseline)) is not None  # type: ignore[attr-defined]
+    assert generator.make(1) != generator.make(2)
+
+
+def test_the_families_of_effects_all_occur_across_seeds(problem: object) -> None:
+    """Each effect the issue names is drawn in some landscapes and not in others."""
+    lands = [generator.make(seed) for seed in SEEDS]
+    phases = {text.split(":", 1)[0] for land in lands for text in land.crashes.values()}
+    assert phases == {"autotune", "warmup"}  # a JIT build failing at autotune; no kernel for the GPU
+    assert 0 < sum(bool(land.hang_backend) for land in lands) < len(lands)
+    assert 0 < sum(land.fusion_unsupported for land in lands) < len(lands)
+    assert min(land.graph_gain for land in lands) < 0 < max(land.graph_gain for land in lands)
+    assert 0.02 <= min(land.noise for land in lands) and max(land.noise for land in lands) <= 0.05
+    assert 0 < sum(land.low_edge > 0 for land in lands) < len(lands)
+    # An interior NCCL optimum: the best channel count lies strictly inside 1..32.
+    assert all(1 < land.nccl_opt < 32 for land in lands)
+
+
+def test_the_oom_edge_moves_down_with_the_captured_batch(problem: object) -> None:
+    land = next(generator.make(s) for s in SEEDS if generator.make(s).graph_mem > 0.01)
+    flags = dict(generator.BASELINE_FLAGS)
+    edge_small = land._edge({**flags, "cuda_graph_max_bs": 32})
+    edge_large = land._edge({**flags, "cuda_graph_max_bs": 1024})
+    assert edge_large < edge_small == land.mem_edge
+    mem = (edge_small + edge_large) / 2
+    assert land.startup({**flags, "mem_fraction_static": mem, "cuda_graph_max_bs": 32}, {}) is None
+    crash = land.startup({**flags, "mem_fraction_static": mem, "cuda_graph_max_bs": 1024}, {})
+    assert crash is not None and crash["phase"] == "cuda_graph" and "out of memory" in crash["error"]
+
+
+def test_the_fine_optimum_is_on_the_space_s_own_steps_and_beats_random_configs(problem: object) -> None:
+    grid = bench.fine_grid(problem.space)  # type: ignore[attr-defined]
+    assert len(grid["--mem-fraction-static"]) == 18  # 0.80..0.97 by its step of 0.01
+    assert len(grid["NCCL_MIN_NCHANNELS"]) == 32  # every integer of 1..32
+    assert len(grid["--max-running-requests"]) >= 25  # a log range at 25 points or more
+    land = generator.make(3)
+    sim = bench.Simulator(problem, land)
+    value, config = bench.optimum(sim)
+    assert sim.true_value(config) == pytest.approx(value)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(200):
+        trial = study.ask()
+        found = sim.true_value(problem.space.suggest(trial)) or 0.0  # type: ignore[attr-defined]
+        study.tell(trial, 0.0)
+        # Between two grid points of the log cap range (a ratio of 1.19) lies at most ~2%.
+        assert found <= value * 1.02
+
+
+def test_a_parameter_that_does_not_scale_alone_is_refused_as_separable(problem: object) -> None:
+    land = generator.make(0)
+
+    class Entangled:  # NCCL's effect depends on the cap: not a factor of its own
+        SEPARABLE = ("NCCL_MIN_NCHANNELS",)
+
+        def startup(self, flags: dict, env: dict) -> None:
+            return None
+
+        def throughput(self, flags: dict, env: dict, running: int) -> float:
+            channels = float(env.get("NCCL_MIN_NCHANNELS") or 2)
+            return land.throughput(flags, env, running) * (1 + 0.01 * math.log2(channels) * running / 1024)
+
+    with pytest.raises(SystemExit, match="not separable"):
+        bench.optimum(bench.Simulator(problem, Entangled()))
