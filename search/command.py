@@ -14,6 +14,8 @@ from typing import Any
 
 from search.errors import BadInput
 from search.manifests import Manifest, ManifestError, load
+from search.profile import is_secret
+from search.secret_rule import SECRET_VALUE, secret_advice
 from search.space import (
     ENV_NAME,
     BoolParam,
@@ -92,6 +94,7 @@ def check_command(text: str, manifest: Manifest) -> CheckReport:
     for name in command.env:
         if not ENV_NAME.match(name):
             report.problems.append(Problem(SOURCE, f"env {name}", "not a valid env var name"))
+    report.problems.extend(_secrets(command, manifest))
     for option, values in _options(command.args):
         if not option:
             report.problems.append(Problem(SOURCE, values[0], "a value without a flag"))
@@ -142,14 +145,17 @@ def config_from_command(space: Space, text: str) -> dict[str, Any]:
     searched = {flag.dest for n in space.params if is_flag(n) and (flag := manifest.flag(n)) is not None}
     for option, _ in _options(command.args):
         flag = manifest.flag(option)
-        if flag is None or flag.dest in searched or flag.dest in _WHERE:
+        if flag is None or flag.dest in searched or flag.dest in _WHERE or is_secret(flag.dest):
             continue
         if flag.dest not in fixed:
             problems.append(f"{option}: set in the command but not in the space (add it to launch.flags or params)")
         elif values[flag.dest] != fixed[flag.dest]:
             problems.append(f"{option}: {values[flag.dest]!r} in the command but {fixed[flag.dest]!r} in the space")
+    problems += [f"{p.key}: {p.message}; {p.allowed}" for p in _secrets(command, manifest)]
     for name, raw in command.env.items():
         fixed_env = space.launch.env.get(name)
+        if is_secret(name):
+            continue
         if name not in space.params and fixed_env is None:
             problems.append(f"{name}: set in the command but not in the space (add it to launch.env or params)")
         elif fixed_env is not None and str(fixed_env) != raw:
@@ -159,6 +165,14 @@ def config_from_command(space: Space, text: str) -> dict[str, Any]:
     if problems:
         raise BadInput(f"the launch command does not fit {space.source}: " + "; ".join(problems))
     return config
+
+
+def _secrets(command: Command, manifest: Manifest) -> list[Problem]:
+    """A problem for each secret whose value the command holds (an env assignment or a valued flag)."""
+    names = [f"env {name}" for name in command.env if is_secret(name)]
+    names += [option for option, values in _options(command.args)
+              if values and (flag := manifest.flag(option)) is not None and is_secret(flag.dest)]
+    return [Problem(SOURCE, name, SECRET_VALUE, secret_advice(name.removeprefix("env "))) for name in names]
 
 
 def _fixed_values(space: Space, manifest: Manifest) -> dict[str, Any]:

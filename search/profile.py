@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
 
 from search.errors import BadInput
+from search.shell_words import one_line, shell_word
 from search.space import Problem, Space, is_flag
 
 # Names that hold credentials, by how they end (HF_TOKEN, OPENAI_API_KEY, PGPASSWORD, --api-key,
@@ -121,15 +121,15 @@ def render(space: Space, config: dict[str, Any]) -> LaunchProfile:
 
 def to_shell(profile: LaunchProfile) -> str:
     """A bash script that launches the profile; secrets pass through from the caller's env."""
-    env = [shlex.quote(f"{k}={v}") for k, v in profile.env.items()]
+    env = [shell_word(f"{k}={v}") for k, v in profile.env.items()]
     # ${NAME+"NAME=$NAME"}: passed only when set in the caller's shell, never written here.
     env += [f'${{{name}+"{name}=${{{name}}}"}}' for name in profile.secret_env]
-    head = " ".join(["exec", "env", *env, *map(shlex.quote, profile.launcher)])
-    lines = [head] + [" ".join(map(shlex.quote, group)) for group in _groups(profile.args)]
-    secrets = f"# Read from your environment, never stored: {', '.join(profile.secret_env)}\n" if profile.secret_env else ""
+    head = " ".join(["exec", "env", *env, *map(shell_word, profile.launcher)])
+    lines = [head] + [" ".join(map(shell_word, group)) for group in _groups(profile.args)]
+    secrets = f"# Read from your environment, never stored: {one_line(', '.join(profile.secret_env))}\n" if profile.secret_env else ""
     return (
         "#!/usr/bin/env bash\n"
-        f"# SGLang {profile.sglang_version} launch profile written by `search`.\n"
+        f"# SGLang {one_line(profile.sglang_version)} launch profile written by `search`.\n"
         f"{secrets}set -e\n" + " \\\n  ".join(lines) + "\n"
     )
 
@@ -170,11 +170,11 @@ def to_sglang_config(profile: LaunchProfile) -> str:
     for group in _groups(profile.args):
         key, values = group[0].removeprefix("--"), [_yaml_scalar(v) for v in group[1:]]
         data[key] = True if not values else values[0] if len(values) == 1 else values
-    command = " ".join(["env", *(shlex.quote(f"{k}={v}") for k, v in profile.env.items()),
-                        *map(shlex.quote, profile.launcher), "--config", "THIS_FILE.yaml"])
-    header = f"# SGLang {profile.sglang_version} server config written by `search`. Launch with:\n#   {command}\n"
+    command = " ".join(["env", *(shell_word(f"{k}={v}") for k, v in profile.env.items()),
+                        *map(shell_word, profile.launcher), "--config", "THIS_FILE.yaml"])
+    header = f"# SGLang {one_line(profile.sglang_version)} server config written by `search`. Launch with:\n#   {command}\n"
     if profile.secret_env:
-        header += f"# Read from your environment, never stored: {', '.join(profile.secret_env)}\n"
+        header += f"# Read from your environment, never stored: {one_line(', '.join(profile.secret_env))}\n"
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 

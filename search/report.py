@@ -314,7 +314,7 @@ def importance(study: optuna.Study) -> Section:
                            textposition="outside", cliponaxis=False))
     fig.update_xaxes(title="importance (share of throughput variance explained)", range=[0, 1.08])
     return Section("importance", "Parameter importances",
-                   "How much of the spread in throughput each flag explains among completed trials (PED-ANOVA).",
+                   f"How much of the spread in throughput each flag explains among completed trials ({why}).",
                    _style(fig, 90 + 34 * len(names)))
 
 

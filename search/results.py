@@ -24,6 +24,7 @@ from search.errors import BadInput
 from search.ranking import Ranking
 from search.space import Space
 from search.storage import Constraint, Outcome, Plan, StudyAttr, TrialView, baseline, space_of, view, views
+from search.varied import varied_params
 
 FORMATS = ("table", "csv", "json")
 MIN_FOR_IMPORTANCE = 3  # completed trials before parameter importances mean anything
@@ -207,16 +208,23 @@ def gpu_time(study: optuna.Study) -> dict[str, float]:
 
 
 def importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
-    """Optuna's parameter importances (its default PED-ANOVA evaluator), or why there are none yet."""
+    """Optuna's importances (its default PED-ANOVA evaluator) of the parameters that varied, with the rule
+    they follow; or no importances and why."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
     if len(done) < MIN_FOR_IMPORTANCE:
         return {}, f"importances need {MIN_FOR_IMPORTANCE} completed trials ({len(done)} so far)"
+    varied, fixed = varied_params(done)
+    if not varied:
+        return {}, "importances unavailable: no parameter varied among completed trials"
     try:
-        found = optuna.importance.get_param_importances(study)
-    except (ValueError, RuntimeError, ZeroDivisionError) as exc:  # e.g. every param held constant
+        found = optuna.importance.get_param_importances(study, params=varied)
+    except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         return {}, f"importances unavailable: {exc}"
     clean = {k: float(v) for k, v in found.items() if not math.isnan(v)}
-    return clean, None if clean else "importances unavailable: no parameter varied among completed trials"
+    rule = f"PED-ANOVA over {len(done)} completed trials"
+    if fixed:
+        rule += f"; never varied, so none: {', '.join(fixed)}"
+    return clean, rule if clean else "importances unavailable: no parameter varied among completed trials"
 
 
 def summary(study: optuna.Study, top: int | None = None) -> dict[str, Any]:
@@ -274,7 +282,8 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
     t = data["gpu_time"]
     console.print(f"GPU time: spent {_hours(t['spent_s'])}, saved by pruning {_hours(t['saved_s'])}")
     if data["importances"]:
-        console.print("importances: " + ", ".join(f"{k} {v:.2f}" for k, v in data["importances"].items()))
+        console.print("importances: " + ", ".join(f"{k} {v:.2f}" for k, v in data["importances"].items())
+                      + f" ({data['importances_note']})")
     else:
         console.print(data["importances_note"])
     return out.getvalue()

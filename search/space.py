@@ -35,7 +35,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from search.errors import BadInput
+from search.grid import reachable_highs
 from search.manifests import DEFAULT_VERSION
+from search.yaml_keys import duplicate_keys
 
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
 Choice = Scalar | None
@@ -345,6 +347,9 @@ def _check_range(low: float, high: float, step: float | None, log: bool) -> None
         _range_error("log scale cannot have a step", "no step with log: true, or log: false")
     if step is not None and step > high - low and low != high:
         _range_error(f"step {step} is wider than the range {low}..{high}", f"step <= {high - low} (high - low)")
+    if step is not None and (ends := reachable_highs(low, high, step)):
+        _range_error(f"step {step} from low {low} never reaches high {high}",
+                     f"high: {ends[0]} (the nearest below) or {ends[1]}")
 
 
 def _range_error(message: str, allowed: str) -> NoReturn:
@@ -402,12 +407,15 @@ def read_space(path: str | Path) -> dict[str, Any]:
     """The YAML mapping of a space file; BadInput when it cannot be read, SpaceError when it is no mapping."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise BadInput(f"cannot read space file {path}: {exc.strerror or exc}; "
                        "give the path of a spaces/*.yaml file") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpaceError([Problem(str(path), "(yaml)", f"not valid YAML: {exc}".replace("\n", " "))]) from None
+    if twice := duplicate_keys(text):
+        raise SpaceError([Problem(str(path), dup.key, dup.message) for dup in twice])
     if not isinstance(data, dict):
         raise SpaceError([Problem(str(path), "(top)", "a space file is a mapping", ", ".join(Space.model_fields))])
     return data

@@ -13,8 +13,8 @@ Overnight safety comes from three rules:
 - before a server starts, its trial already carries the trial marker and the driver's identity,
   so a later run can find a dead run's RUNNING trials, kill what they left by marker, and fail
   and re-enqueue them (nothing measured is lost: finished trials are untouched);
-- Ctrl-C / SIGTERM tear the running trials down and record them as infrastructure faults,
-  re-enqueued, so running the same command again continues;
+- Ctrl-C and every stop signal (SIGTERM, SIGHUP: `search.stop_signals`) tear the running trials
+  down and record them as infrastructure faults, re-enqueued, so running the same command again continues;
 - an infrastructure fault is never blamed on the config, but the same config failing that way
   `MAX_INFRA_RETRIES` times in a row on one host in one run stops the study with the host's message.
 """
@@ -24,13 +24,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +41,14 @@ from search.command import config_from_command
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
 from search.loadtest import LevelResult
+from search.lock import StudyLock
 from search.logwatch import Event
+from search.names import checked_study_name
 from search.optuna_internals import running_trial
 from search.ranking import Ranking
 from search.runner import Hooks, InProcessRunner, Job, Runner
 from search.space import Space
+from search.stop_signals import stop_signals_as_interrupt
 from search.storage import (
     DEFAULT_STORAGE,
     Attr,
@@ -70,7 +71,7 @@ WAIT_S = 0.5  # longest the driver waits on its runner before checking the budge
 
 
 class Interrupted(Exception):
-    """Ctrl-C or SIGTERM stopped the study after recording the running trial."""
+    """Ctrl-C or another stop signal stopped the study after recording the running trial."""
 
 
 # --------------------------------------------------------------------------- driver identity
@@ -151,6 +152,7 @@ class StudyRun:
     study: optuna.Study | None = field(default=None, init=False)  # set by run()
 
     def __post_init__(self) -> None:
+        checked_study_name(self.name)  # it names trials/<study>/
         if self.runner is not None:
             self._runner: Runner = self.runner
         elif self.host is not None:
@@ -165,10 +167,14 @@ class StudyRun:
     # -- public ---------------------------------------------------------------------------
     def run(self) -> optuna.Study:
         """Create or resume the study, run trials until the budget is spent, then re-measure."""
+        with StudyLock(self.storage, self.name):  # one driver per study, re-measurement included
+            return self._run()
+
+    def _run(self) -> optuna.Study:
         study = self.study = self._open()
         self._recover()
         self.strategy.start(study, self.known)
-        with _sigterm_as_interrupt():
+        with stop_signals_as_interrupt():
             try:
                 self._trials()
                 if not self._out_of_time():
@@ -414,24 +420,6 @@ class StudyRun:
 
 def _key(config: Mapping[str, Any]) -> str:
     return repr(sorted(config.items(), key=lambda kv: kv[0]))
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (systemd, a scheduler) stops the study like Ctrl-C: tear down, record, exit."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def best_configs(study: optuna.Study, k: int = TOP_K) -> list[dict[str, Any]]:

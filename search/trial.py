@@ -150,8 +150,12 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     artifacts.write_json("answers.json", result.answers)
     if baseline_answers is not None:
         result.answers_differ = bool(correctness.compare(baseline_answers, result.answers))
+    def level_done(level: LevelResult) -> bool:
+        result.levels.append(level)  # what result.json keeps if Ctrl-C or a hang-up stops the ladder
+        return on_level(level) if on_level is not None else True
+
     with _LevelTelemetry(host, profile, result.gpu) as telemetry, _HealthCheck(watch) as health:
-        ladder = run_ladder(url, spec, on_level=telemetry.wrap(on_level), should_abort=health.reason)
+        ladder = run_ladder(url, spec, on_level=telemetry.wrap(level_done), should_abort=health.reason)
     health.raise_fault()
     artifacts.write_json("loadtest.json", ladder.to_dict())
     result.levels = ladder.levels

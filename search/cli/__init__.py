@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import warnings
 from typing import Any, NoReturn
 
 import optuna
@@ -31,6 +32,10 @@ app = typer.Typer(
 )
 
 _debug = False
+
+# Optuna warns about the experimental options `search` chose on purpose (TPE's `group`); not the user's
+# concern, and they would break the one-line promise of every message before an error.
+warnings.filterwarnings("ignore", message=r".*experimental.*interface can change")
 
 
 @app.callback()

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from search import gpu, manifests
+from search import gpu
 from search.errors import RunFailed
+from search.host_checks import check_sftp, host_manifest
 from search.hosts.base import GpuSample
 from search.hosts.config import HostConfig, load_hosts
 from search.hosts.ssh import SSHHost
@@ -33,8 +34,9 @@ def check(
     host = SSHHost(config, accept_new_host_key=accept_new_host_key)
     try:
         typer.echo(f"host {config.target}: connected, work dir {host.work_dir()}")
-        manifest = manifests.live(config.python, run=host.run)
-        typer.echo(f"SGLang {manifest.version} ({config.python}): {len(manifest.flags)} flags")
+        check_sftp(host)
+        manifest, source = host_manifest(host)
+        typer.echo(f"SGLang {manifest.version} ({source}): {len(manifest.flags)} flags")
         samples = host.gpu_samples()
     finally:
         host.close()

@@ -12,6 +12,7 @@ import typer
 
 from search.errors import BadInput, RunFailed
 from search.logwatch import PHASES, LogClassifier, describe, follow, read_log
+from search.shell_words import one_line
 
 app = typer.Typer(help="Read SGLang server logs: phase reached, loading progress, failure.", no_args_is_help=True)
 
@@ -30,11 +31,13 @@ def classify(
 
     Exits 0 whether or not a failure was found: the verdict is the output.
     """
+    if file.is_dir():
+        raise BadInput(f"{file} is a directory; give a server log file in it (e.g. {file / 'server.log'})")
     classifier = read_log(file, version)
     if as_json:
-        typer.echo(json.dumps(classifier.summary()))
+        typer.echo(json.dumps(classifier.summary()))  # escapes control characters itself
     else:
-        typer.echo(_one_line(classifier))
+        typer.echo(one_line(_one_line(classifier)))  # a log's escape sequences never reach the terminal
 
 
 def _one_line(classifier: LogClassifier) -> str:
@@ -81,8 +84,10 @@ def watch(
                 settle_until = time.time() + _SETTLE_S
         if classifier.phase == "ready" and classifier.failure is None:
             done.set()
+    if not file.is_file():
+        raise BadInput(f"no log file at {file} after {timeout_s:g} s; check the path (the server writes it as it starts)")
     if classifier.failure is not None:
-        typer.echo(f"{_clock(classifier.failure.time)}  {describe(classifier.failure)}")
+        typer.echo(f"{_clock(classifier.failure.time)}  {one_line(describe(classifier.failure))}")
         raise RunFailed(f"server in {file} failed: {classifier.failure.name} at {classifier.failure.phase}")
 
 

@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-import yaml
 
 from search import manifests
 from search.command import check_command
 from search.errors import BadInput
 from search.output import write_output
+from search.overrides import overridden, parse_sets
 from search.profile import render as render_profile
 from search.profile import to_json, to_sglang_config, to_shell
-from search.space import CheckReport, Space, load_space, read_space, salvage_space
+from search.space import CheckReport, Space, SpaceError, load_space, read_space, salvage_space
 from search.space_check import check_space
 
 app = typer.Typer(help="Space files: check them against SGLang's flags, render launch profiles.", no_args_is_help=True)
@@ -45,7 +45,12 @@ def check(
         return
     assert space_file is not None  # exactly one of the two, checked above
     # Entries that break the schema are reported and left out; the rest still meets the manifest.
-    space, schema_problems = salvage_space(read_space(space_file), str(space_file))
+    try:
+        data = read_space(space_file)
+    except SpaceError as exc:  # the file itself (YAML, keys given twice): every line of it, then stop
+        _print(CheckReport(exc.problems))
+        raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file itself; fix them to check the rest") from None
+    space, schema_problems = salvage_space(data, str(space_file))
     manifest = _manifest(version, python, space.sglang_version)
     report = check_space(space, manifest)
     report.problems[:0] = schema_problems
@@ -109,13 +114,4 @@ def render(
 def _config(space: Space, sets: list[str], baseline: bool) -> dict[str, Any]:
     if baseline and space.baseline is None:
         raise BadInput(f"{space.source} has no baseline; drop --baseline or add one")
-    config = dict(space.baseline or {}) if baseline else {}
-    for item in sets:
-        name, eq, raw = item.partition("=")
-        if not eq:
-            raise BadInput(f"--set {item!r}: write PARAM=VALUE, e.g. --set --max-running-requests=256")
-        config[name] = yaml.safe_load(raw) if raw else None
-    problems = space.config_problems(config, "--set", complete=False)
-    if problems:
-        raise BadInput("; ".join(map(str, problems)))
-    return space.active(config)
+    return overridden(space, (space.baseline or {}) if baseline else {}, parse_sets(sets, space))

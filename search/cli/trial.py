@@ -4,37 +4,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
-from search.errors import BadInput, InfrastructureFault, RunFailed
+from search.errors import InfrastructureFault, RunFailed
 from search.logwatch import Event
+from search.overrides import overridden, parse_sets
+from search.stop_signals import stop_signals_as_interrupt
 from search.storage import Outcome
 from search.trial import TrialResult, meets_slos, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
 console = Console(highlight=False)
-
-
-def parse_sets(items: list[str], params: Iterable[str]) -> dict[str, Any]:
-    """``["--max-running-requests=256", "NCCL_MIN_NCHANNELS=4"]`` -> overrides (values read as YAML scalars)."""
-    known = list(params)
-    overrides = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        name = name.strip()
-        if not eq or not name:
-            raise BadInput(f"--set {item!r}: expected PARAM=VALUE, e.g. --set --max-running-requests=256")
-        if name not in known:
-            raise BadInput(f"--set {name}: not a parameter of the space; use one of {', '.join(known) or '(none)'}")
-        overrides[name] = yaml.safe_load(value) if value.strip() else value
-    return overrides
 
 
 @app.command("run")
@@ -52,7 +37,7 @@ def run(
     from search.hosts import local_host
 
     space = checked_space(space_path)
-    config = {**(space.baseline or {}), **parse_sets(sets, space.params)}
+    config = overridden(space, space.baseline or {}, parse_sets(sets, space))
     artifacts = TrialArtifacts.next_in(trials_dir, study)
     marker = f"{study}-{artifacts.root.name}-{uuid.uuid4().hex[:12]}"
     began = time.time()
@@ -62,8 +47,9 @@ def run(
             console.print(f"[dim]{event.time - began:7.1f} s[/dim]  {event.name}")
 
     console.print(f"trial {artifacts.root}  ({'emulated' if emulate else 'local'})")
-    result = run_trial(space, config, local_host(emulate=emulate), trial_dir=artifacts.root, marker=marker,
-                       on_event=on_event)
+    with stop_signals_as_interrupt():  # a hang-up tears the server down as Ctrl-C does
+        result = run_trial(space, config, local_host(emulate=emulate), trial_dir=artifacts.root, marker=marker,
+                           on_event=on_event)
     _print(result, space, began)
     message = result.failure.message if result.failure else str(result.outcome)
     if result.outcome == Outcome.INFRASTRUCTURE:

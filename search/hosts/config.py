@@ -14,6 +14,9 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from search.errors import BadInput
+from search.profile import is_secret
+from search.secret_rule import SECRET_VALUE, secret_advice
+from search.yaml_keys import duplicate_keys
 
 
 def _split_command(value: Any) -> Any:
@@ -58,6 +61,13 @@ class HostConfig(BaseModel):
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        if secret := next(filter(is_secret, env), None):
+            raise ValueError(f"{secret}: {SECRET_VALUE}; {secret_advice(secret)}")
+        return env
+
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, value: list[int] | None) -> list[int] | None:
@@ -99,11 +109,14 @@ class HostsFile(BaseModel):
 def load_hosts(path: Path) -> HostsFile:
     """Read and validate ``hosts.yaml``; every problem is one BadInput line naming the file and field."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise BadInput(f"cannot read hosts file {path}: {exc.strerror}; pass --hosts PATH") from exc
     except yaml.YAMLError as exc:
         raise BadInput(f"hosts file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if twice := duplicate_keys(text):
+        raise BadInput(f"hosts file {path}: {twice[0]}")
     try:
         return HostsFile.model_validate(data)
     except ValidationError as exc:

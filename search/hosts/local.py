@@ -25,6 +25,7 @@ from search import gpu
 from search.errors import InfrastructureFault
 from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.logwatch import follow
+from search.secret_env import set_secrets
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
@@ -256,6 +257,7 @@ class LocalHost:
     def _environment(self, profile: LaunchProfile, marker: str | None = None) -> dict[str, str]:
         """Ours plus the profile's: secrets named by ``profile.secret_env`` pass through unwritten."""
         env = {**os.environ, **profile.env}
+        set_secrets(profile.secret_env)  # those not set are warned about, as on every host
         if marker is not None:
             env[MARKER_ENV] = marker
         return env

@@ -30,6 +30,7 @@ from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import MARKER_ENV, GpuSample, server_gpus
 from search.hosts.config import HostConfig
 from search.logwatch import split_pieces
+from search.secret_env import set_secrets
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
@@ -149,6 +150,9 @@ class SSHHost:
         if cfg.known_hosts.exists():
             client.load_host_keys(str(cfg.known_hosts))
         client.set_missing_host_key_policy(_HostKeyPolicy(cfg, self._accept_new))
+        if cfg.key_file is not None and not cfg.key_file.is_file():  # not a host that is down: retrying cannot help
+            raise BadInput(f"host {cfg.name}: key file {cfg.key_file} does not exist; fix key_file in the hosts file, "
+                           "or leave it out to use the SSH agent's keys")
         try:
             client.connect(
                 cfg.address, port=cfg.port, username=cfg.user,
@@ -399,17 +403,15 @@ class SSHHost:
         """Launch ``profile`` detached under ``<work_dir>/<marker>/``; its log mirrors into ``log_path``."""
         if not _MARKER.match(marker):
             raise BadInput(f"trial marker {marker!r} must be letters, digits, '.', '_' or '-'")
-        missing = [name for name in profile.secret_env if name not in os.environ]
-        if missing:
-            raise BadInput(f"secret {', '.join(missing)} named by the space is not set here: export it and retry")
+        secret_names = set_secrets(profile.secret_env)
         run_dir = str(PurePosixPath(self.work_dir()) / marker)
         env = {**self.config.env, **profile.env, MARKER_ENV: marker}
         if self.config.gpus is not None:
             env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, self.config.gpus)))
-        multiline = [name for name in profile.secret_env if "\n" in os.environ[name]]
+        multiline = [name for name in secret_names if "\n" in os.environ[name]]
         if multiline:
             raise BadInput(f"secret {multiline[0]} holds a line break; a remote host takes one-line secrets only")
-        secrets = "".join(f"{name}={os.environ[name]}\n" for name in profile.secret_env)  # sent on stdin
+        secrets = "".join(f"{name}={os.environ[name]}\n" for name in secret_names)  # sent on stdin
         argv = [
             "sh", "-c", _START_SH, "sh", f"{run_dir}/exit-status", run_dir, f"{run_dir}/server.log",
             *env_words(env), *self._launcher(profile),

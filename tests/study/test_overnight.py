@@ -19,7 +19,7 @@ from search.errors import RunFailed
 from search.hosts.emulated import EmulatedHost
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import ctrl_c_reaches, marker_pids, write_space
+from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -127,3 +127,35 @@ def test_endless_infrastructure_faults_stop_the_study(workdir: Path, monkeypatch
         holder.close()
     study = optuna.load_study(study_name="j", storage=STORAGE)
     assert [t.state for t in study.trials] == [TrialState.FAIL] * 3 + [TrialState.WAITING]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1])
+def test_hang_up_tears_down_like_ctrl_c(workdir: Path, sig: signal.Signals) -> None:
+    """The terminal closing (or any stop signal) must not orphan the trial's server and its ranks."""
+    space = write_space(workdir, time_scale="0.02")
+    driver = subprocess.Popen(  # setsid, as an overnight run started over SSH
+        [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", "hup",
+         "--n-trials", "3", "--emulate", "--remeasure", "0", "--seed", "0"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    number, marker = _running_server("hup")
+    driver.send_signal(sig)
+    out, _ = driver.communicate(timeout=60)
+    assert driver.returncode == 130, out
+    assert not marker_pids(marker), out
+    t = optuna.load_study(study_name="hup", storage=STORAGE).trials[number]
+    assert t.state == TrialState.FAIL and t.user_attrs["failure"]["kind"] == "interrupted"
+
+
+def test_hang_up_of_trial_run_tears_the_server_down(workdir: Path) -> None:
+    space = write_space(workdir, time_scale="0.02")
+    run = subprocess.Popen(
+        [sys.executable, "-c", "from search.cli import main; main()", "trial", "run", str(space), "--study", "hup"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (found := marker_processes("hup-0-")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert found, "no trial server came up"
+    run.send_signal(signal.SIGHUP)
+    out, _ = run.communicate(timeout=60)
+    assert run.returncode == 130, out
+    assert not marker_processes("hup-0-"), out
