@@ -115,7 +115,7 @@ def measure(env: dict[str, str], streams: int, clients: int, warm: float, second
         time.sleep(seconds)
         elapsed = time.monotonic() - t0
         chunks, tokens = sum(counts[0::2]) - chunks0, sum(counts[1::2]) - tokens0
-        cpu = [(cpu_seconds(pid) - c) / elapsed for pid, c in zip(pids, cpu0)]
+        cpu = [(cpu_seconds(pid) - c) / elapsed for pid, c in zip(pids, cpu0, strict=True)]
         return Result(modelled, tokens / elapsed, chunks / elapsed, cpu[0], sum(cpu[1:]))
     finally:
         for p in procs:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from search.logwatch import LogClassifier, follow
 
-SERVING = "[2026-02-19 05:52:10 TP0] Decode batch, #running-req: 64, #token: 80123, token usage: 0.10, cuda graph: True, gen throughput (token/s): 880.12, #queue-req: 12, \n"
+SERVING = ("[2026-02-19 05:52:10 TP0] Decode batch, #running-req: 64, #token: 80123, token usage: 0.10, cuda graph: True, "
+           "gen throughput (token/s): 880.12, #queue-req: 12, \n")
 # tqdm in a file: each redraw begins with "\r", the bar ends with "\n" only when done
 REDRAW = "\rCapturing batches (bs=256 avail_mem=20.08 GB):  54%|█████▍    | 28/52 [00:10<00:09,  2.60it/s]"
 CRASH = "[2026-02-19 06:10:31 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -86,7 +87,8 @@ def detection_latency(trials: int) -> list[float]:
             got = threading.Event()
             detected = [0.0]
 
-            def watch() -> None:
+            def watch(path: Path = path, stop: threading.Event = stop, got: threading.Event = got,
+                      detected: list[float] = detected) -> None:
                 classifier = LogClassifier()
                 for line in follow(path, stop.is_set):
                     if any(e.kind == "failure" for e in classifier.feed(line)):

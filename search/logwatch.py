@@ -24,10 +24,11 @@ import select
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -104,16 +105,17 @@ class Signatures:
         return self.unneedled is not None and self.unneedled.search(line) is not None
 
 
-def _signature_dir():
+def _signature_dir() -> Traversable:
     return resources.files("search").joinpath("signatures")
 
 
-def _read_yaml(name: str) -> dict:
+def _read_yaml(name: str) -> dict[str, Any]:
     text = _signature_dir().joinpath(name).read_text(encoding="utf-8")
-    return yaml.safe_load(text) or {}
+    data: dict[str, Any] = yaml.safe_load(text) or {}
+    return data
 
 
-def _family_files() -> dict[str, dict]:
+def _family_files() -> dict[str, dict[str, Any]]:
     files = {}
     for entry in _signature_dir().iterdir():
         if entry.name.startswith("sglang-") and entry.name.endswith(".yaml"):
@@ -125,7 +127,7 @@ def _alternation(patterns: list[str]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else re.compile(r"(?!)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_signatures(version: str | None = None) -> Signatures:
     """Compile ``common.yaml`` plus the family file covering ``version``.
 
@@ -220,9 +222,9 @@ _MIN_NEEDLE = 3
 
 def _needles(pattern: str) -> set[str] | None:
     """Literal substrings, one of which every match of ``pattern`` contains; None if unknown."""
-    from re import _parser as sre_parse  # the stdlib's own regex parser
+    from re import _parser as sre_parse  # type: ignore[attr-defined]  # the stdlib's own regex parser, untyped
 
-    def of_sequence(items) -> set[str] | None:
+    def of_sequence(items: Any) -> set[str] | None:
         best: set[str] | None = None
         run = ""
 
@@ -242,8 +244,8 @@ def _needles(pattern: str) -> set[str] | None:
                 consider(of_sequence(arg[-1]))
             elif op is sre_parse.BRANCH:
                 branches = [of_sequence(branch) for branch in arg[1]]
-                if all(branches):
-                    consider(set().union(*branches))
+                if all(b is not None for b in branches):
+                    consider(set().union(*(b for b in branches if b is not None)))
             elif op in (sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT) and arg[0] >= 1:
                 consider(of_sequence(arg[2]))
         consider({run} if run else None)
@@ -324,7 +326,7 @@ class LogClassifier:
                 break
         for pattern in sig.progress:
             found = None
-            for found in pattern.finditer(msg):
+            for found in pattern.finditer(msg):  # noqa: B007  (the last match is the bar's latest redraw)
                 pass
             if found is not None:
                 pct = float(found.group("pct"))
@@ -348,7 +350,9 @@ class LogClassifier:
         """What :meth:`message` strips from the front: Ray/time/level prefix and indentation."""
         if "\x1b" in raw:
             raw = self.signatures.ansi.sub("", raw)
-        return self.signatures.head.match(raw).group()
+        head = self.signatures.head.match(raw)
+        assert head is not None, "the head pattern matches any line (it may match nothing)"
+        return head.group()
 
     def _is_source(self, raw: str, frame_head: str) -> bool:
         """Whether ``raw``, the line after a frame line, is that frame's source code.
@@ -371,6 +375,7 @@ class LogClassifier:
         verdict is timing, not information."""
         sig = self.signatures
         msg = self.message(raw).strip()
+        assert self.failure is not None, "advice is noted only after a failure"
         if (len(self.advice) < sig.advice_lines and raw != self.failure.line and sig.advice.search(msg)
                 and not sig.frame.search(msg) and msg not in self.advice):
             self.advice.append(msg)
@@ -445,7 +450,7 @@ class LogClassifier:
         self._failure_rank = 100
         return self.failure
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """``{"phase", "failure", "line", "progress"}``: the verdict ``search log classify`` prints.
 
         ``phase`` is the last phase reached: the failure's own phase when a traceback frame puts
@@ -507,7 +512,7 @@ def read_log(path: str | os.PathLike[str], version: str | None = None) -> LogCla
     return classifier
 
 
-def classify_file(path: str | os.PathLike[str], version: str | None = None) -> dict:
+def classify_file(path: str | os.PathLike[str], version: str | None = None) -> dict[str, Any]:
     """Run the classifier over a saved log; see :meth:`LogClassifier.summary`."""
     return read_log(path, version).summary()
 
@@ -599,7 +604,7 @@ def follow(path: str | os.PathLike[str], stop: Callable[[], bool], *, from_start
             return
         time.sleep(_POLL_S / 2)
     waker = _Waker(path)
-    fh = path.open("rb")
+    fh: BinaryIO = path.open("rb")
     try:
         if not from_start:
             fh.seek(0, os.SEEK_END)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
-import json
 import pytest
+
 from tests.helpers import free_port
 
 TUNED = ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "flashinfer_cutlass", "--disable-cuda-graph",

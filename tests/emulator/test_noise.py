@@ -28,7 +28,7 @@ async def _measure(seeds: list[int | None], noise: float) -> list[float]:
     await asyncio.sleep(0.1)  # all admitted, prefill done
     before = [s.stats.generation_tokens for s in schedulers]
     await asyncio.sleep(WINDOW_S)
-    rates = [(s.stats.generation_tokens - b) / WINDOW_S for s, b in zip(schedulers, before)]
+    rates = [(s.stats.generation_tokens - b) / WINDOW_S for s, b in zip(schedulers, before, strict=True)]
     for s in schedulers:
         assert s.task is not None
         s.task.cancel()

@@ -76,7 +76,8 @@ def test_prefix_variants(line: str) -> None:
 
 def test_tqdm_carriage_return_redraws_count() -> None:
     c = LogClassifier()
-    c.feed("Loading safetensors checkpoint shards:  10% Completed | 8/83\rLoading safetensors checkpoint shards:  54% Completed | 45/83 [01:02<00:50,  1.2it/s]")
+    c.feed("Loading safetensors checkpoint shards:  10% Completed | 8/83\r"
+           "Loading safetensors checkpoint shards:  54% Completed | 45/83 [01:02<00:50,  1.2it/s]")
     assert (c.phase, c.progress) == ("loading", 54.0)
 
 

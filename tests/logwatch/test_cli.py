@@ -27,7 +27,8 @@ def test_classify_json_on_a_failure_exits_0() -> None:
     assert verdict == {
         "phase": "cuda_graph",
         "failure": "oom",
-        "line": "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a total capacity of 95.00",
+        "line": ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. "
+                 "GPU 7 has a total capacity of 95.00"),
         "progress": None,
     }
 

@@ -94,7 +94,7 @@ def test_tqdm_redraws_are_lines_as_they_come(tmp_path: Path) -> None:
             fh.write("\r" + bar.format(bs=bs, pct=25 * done, done=done))
             fh.flush()
             if done:  # the previous redraw is complete now; it arrives while the bar still runs
-                _wait_for(lambda: out[-1:] == [bar.format(bs=bs * 2, pct=25 * (done - 1), done=done - 1)])
+                _wait_for(lambda bs=bs, done=done: out[-1:] == [bar.format(bs=bs * 2, pct=25 * (done - 1), done=done - 1)])
         fh.write("\r" + bar.format(bs=4, pct=100, done=4) + "\n")
         fh.write("first\r\n")
         fh.flush()
