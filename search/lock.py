@@ -63,7 +63,7 @@ class StudyLock:
 
     def __enter__(self) -> Self:
         try:
-            self.directory.mkdir(exist_ok=True)
+            self.directory.mkdir(parents=not self.directory.name.endswith(".locks"), exist_ok=True)  # a cache folder is ours to make
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise BadInput(f"--storage {self.storage}: cannot create the study's lock {self.path} "
