@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from search.lifecycle import Failure
 from search.loadtest import LevelResult
-from search.runner import Hooks, Job
+from search.runner import Hooks, Job, PlayedRunner
 from search.storage import Outcome
 from search.trial import TrialResult
 
@@ -33,27 +33,17 @@ def level_result(concurrency: int, running: int, tok_s: float, seconds: float) -
                        None, None, None, None, itl, itl, itl, itl, itl, itl, itl, itl, None, None, None, None)
 
 
-class LandscapeRunner:
-    """Plays each job on ``sim`` (bench_search.Simulator); ``after`` is called as each one ends."""
+class LandscapeRunner(PlayedRunner):
+    """Plays each job on ``sim`` (bench_search.Simulator); ``after(gpu_seconds)`` is called as each one ends."""
 
     def __init__(self, sim: Simulator, noise: float, seed: int, after: Callable[[float], None]) -> None:
+        super().__init__(self._timed)
         self.sim, self.noise, self.rng, self.after = sim, noise, random.Random(seed * 7919 + 1), after
-        self._job: tuple[Job, Hooks] | None = None
 
-    def free(self) -> int:
-        return 0 if self._job else 1
-
-    def start(self, job: Job, hooks: Hooks) -> None:
-        self._job = (job, hooks)
-        hooks.placed("landscape")
-
-    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
-        if self._job is None:
-            return []
-        (job, hooks), self._job = self._job, None
+    def _timed(self, job: Job, hooks: Hooks) -> TrialResult:
         result = self._play(job, hooks)
         self.after(result.gpu_seconds)
-        return [(job, result)]
+        return result
 
     def _play(self, job: Job, hooks: Hooks) -> TrialResult:
         from bench_search import as_failure
@@ -81,12 +71,3 @@ class LandscapeRunner:
                            answers_differ=self.sim.corrupt(config),
                            objective=peak.output_throughput if peak else None,
                            peak_concurrency=peak.max_concurrency if peak else None, gpu_seconds=spent)
-
-    def cancel(self) -> None:
-        self._job = None
-
-    def kill_marker(self, marker: str, host: str) -> int:
-        return 0
-
-    def close(self) -> None:
-        self._job = None

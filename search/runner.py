@@ -136,3 +136,41 @@ class InProcessRunner:
 
     def close(self) -> None:
         self._job = None
+
+
+Play = Callable[[Job, Hooks], TrialResult]
+
+
+class PlayedRunner:
+    """One job at a time in this process, each played by ``play(job, hooks)`` instead of a server.
+
+    For what measures the driver itself, where a server's timing changes nothing: the search
+    benchmark plays trials from a landscape (scripts/bench_runner.py), tests from a throughput
+    function; the strategy, pruner, sampler and storage they drive are the product's.
+    """
+
+    def __init__(self, play: Play) -> None:
+        self.play = play
+        self._job: tuple[Job, Hooks] | None = None
+
+    def free(self) -> int:
+        return 0 if self._job else 1
+
+    def start(self, job: Job, hooks: Hooks) -> None:
+        self._job = (job, hooks)
+        hooks.placed("played")
+
+    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        if self._job is None:
+            return []
+        (job, hooks), self._job = self._job, None
+        return [(job, self.play(job, hooks))]
+
+    def cancel(self) -> None:
+        self._job = None
+
+    def kill_marker(self, marker: str, host: str) -> int:
+        return 0  # nothing played leaves a process behind
+
+    def close(self) -> None:
+        self._job = None

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from search.loadtest import LevelResult
-from search.runner import Hooks, Job
+from search.runner import Hooks, Job, PlayedRunner
 from search.storage import Outcome
 from search.trial import TrialResult
 
@@ -23,38 +23,17 @@ def level(concurrency: int, tok_s: float) -> LevelResult:
     return LevelResult(concurrency, concurrency, 1.0, 10, 100, 100, 10.0, 100.0, tok_s, tok_s + 100.0, *([None] * 16))
 
 
-class SimulatedRunner:
-    """One job at a time; each ladder level of the space gets ``throughput(config, concurrency)``."""
+def simulated_runner(throughput: Throughput) -> PlayedRunner:
+    """Each ladder level of the space gets ``throughput(config, concurrency)``."""
 
-    def __init__(self, throughput: Throughput) -> None:
-        self.throughput = throughput
-        self._job: tuple[Job, Hooks] | None = None
-
-    def free(self) -> int:
-        return 0 if self._job else 1
-
-    def start(self, job: Job, hooks: Hooks) -> None:
-        self._job = (job, hooks)
-        hooks.placed("simulated")
-
-    def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
-        if self._job is None:
-            return []
-        (job, hooks), self._job = self._job, None
+    def play(job: Job, hooks: Hooks) -> TrialResult:
         levels: list[LevelResult] = []
         for concurrency in job.space.load_test.concurrency:
-            levels.append(level(concurrency, self.throughput(job.config, concurrency)))
+            levels.append(level(concurrency, throughput(job.config, concurrency)))
             if not hooks.level(levels[-1]):
-                return [(job, TrialResult(Outcome.PRUNED, job.trial_dir, job.marker, levels=levels, slo_ok=True))]
+                return TrialResult(Outcome.PRUNED, job.trial_dir, job.marker, levels=levels, slo_ok=True)
         peak = max(levels, key=lambda lv: lv.output_throughput)
-        return [(job, TrialResult(Outcome.COMPLETED, job.trial_dir, job.marker, levels=levels, slo_ok=True,
-                                  objective=peak.output_throughput, peak_concurrency=peak.max_concurrency))]
+        return TrialResult(Outcome.COMPLETED, job.trial_dir, job.marker, levels=levels, slo_ok=True,
+                           objective=peak.output_throughput, peak_concurrency=peak.max_concurrency)
 
-    def cancel(self) -> None:
-        self._job = None
-
-    def kill_marker(self, marker: str, host: str) -> int:
-        return 0
-
-    def close(self) -> None:
-        self._job = None
+    return PlayedRunner(play)

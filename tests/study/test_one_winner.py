@@ -28,7 +28,7 @@ from search.space import Space, load_space
 from search.storage import Attr, Constraint, Outcome, StudyAttr, set_remeasured
 from search.study import StudyRun, best_configs
 from tests.helpers import write_space
-from tests.study.simulated import SimulatedRunner
+from tests.study.simulated import simulated_runner
 
 PARAMS = {
     "--max-running-requests": {"type": "int", "low": 8, "high": 1024, "log": True},
@@ -76,7 +76,7 @@ def _study(root: Path) -> tuple[Space, optuna.Study, str]:
 def _progress_names(space: Space, study: optuna.Study, storage: str, root: Path) -> int:
     """The trial the live status line calls best, with the study resumed by the real driver."""
     out = io.StringIO()
-    run = StudyRun(space=space, name="views", runner=SimulatedRunner(lambda config, c: 0.0), storage=storage,
+    run = StudyRun(space=space, name="views", runner=simulated_runner(lambda config, c: 0.0), storage=storage,
                    n_trials=1, remeasure=0, trials_dir=root / "trials")
     progress = StudyProgress(run, Console(file=out, width=300))
     with progress:

@@ -18,7 +18,7 @@ import pytest
 from search.space import load_space
 from search.study import StudyRun
 from tests.helpers import write_space
-from tests.study.simulated import SimulatedRunner
+from tests.study.simulated import simulated_runner
 
 PARAMS = {
     "--max-running-requests": {"type": "int", "low": 8, "high": 1024, "log": True},
@@ -37,7 +37,7 @@ def proposals(root: Path, sampler: str, seed: int) -> list[dict[str, Any]]:
     """The configs the sampler proposed (the plan's own trials are the same whatever the seed)."""
     root.mkdir()
     space = load_space(write_space(root, params=PARAMS, baseline=BASELINE, targets={}))
-    run = StudyRun(space=space, name="seeded", runner=SimulatedRunner(throughput), storage=f"sqlite:///{root}/db.sqlite",
+    run = StudyRun(space=space, name="seeded", runner=simulated_runner(throughput), storage=f"sqlite:///{root}/db.sqlite",
                    sampler=sampler, seed=seed, n_trials=14, remeasure=0, trials_dir=root / "trials")
     study = run.run()
     return [t.params for t in study.get_trials(deepcopy=False) if t.user_attrs.get("strategy") == "sampler"]
@@ -53,6 +53,6 @@ def test_the_same_seed_proposes_the_same_configs_and_another_seed_others(tmp_pat
 
 def test_the_named_sampler_opens_the_study(tmp_path: Path) -> None:
     space = load_space(write_space(tmp_path, params=PARAMS, baseline=BASELINE, targets={}))
-    run = StudyRun(space=space, name="random", runner=SimulatedRunner(throughput), storage=f"sqlite:///{tmp_path}/db",
+    run = StudyRun(space=space, name="random", runner=simulated_runner(throughput), storage=f"sqlite:///{tmp_path}/db",
                    sampler="random", seed=0, n_trials=1, remeasure=0, trials_dir=tmp_path / "trials")
     assert isinstance(run.run().sampler, optuna.samplers.RandomSampler)
