@@ -43,7 +43,7 @@ problem; the strategy adds what we know:
   it); a choice that crashed alone in the sweep from a working config is not started again
   unless it was out of memory (a threshold that moves with other flags); an exact repeat of a
   measured, running or waiting config is not started again (noise is handled by the end-of-study
-  re-measurement instead), unless the sampler proposed nothing else MAX_SKIPS times in a row;
+  re-measurement instead), unless the sampler proposed nothing else ``max_skips`` times in a row;
 - the best configs are ranked by `search.ranking` (the ranking every view uses): a
   Gaussian-process estimate that pools the measurements of similar configs, not the single
   luckiest measurement;
@@ -76,47 +76,18 @@ from optuna.trial import FrozenTrial, TrialState
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
 from search.optuna_internals import enqueued_params
-from search.ranking import BAND_MIN_POINTS, Ranking, band, same_config
+from search.ranking import Ranking, band, same_config
+from search.settings import DEFAULT, Settings
 from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
 from search.surrogate import fit
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
 
-# A level below this fraction of the best completed trial's value at that level is pruned.
-PRUNE_RATIO = 0.6
-# Completed trials needed at a level before the relative rule prunes at it.
-PRUNE_MIN_COMPLETED = 2
-# Points per numeric parameter in the sweep and the grid sampler.
-NUMERIC_POINTS = 3
-# Proposals the sampler may make per `ask` before a repeat or known crash is run anyway.
-MAX_SKIPS = 30
-
-# Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
-# of the incumbent at half the previous distance (a pattern search), catching interactions.
-SWEEP_PASSES = 2
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
-# whose screen moved throughput beyond NOISE_MARGIN (or crashed) get their other values swept.
+# whose screen moved throughput beyond the noise margin (or crashed) get their other values swept.
 SCREEN_PASS = -1
-SCREEN = True  # False: sweep every parameter in the space's order (the benchmark's ablation)
 # SGLang's cap on the running batch: a ladder level runs min(concurrency, cap) requests at once.
 CAP = "--max-running-requests"
-# A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
-NOISE_MARGIN = 0.04
-# Repairs tried per move that crashed, and grid steps per advised parameter.
-MAX_PARTNERS = 4
-REPAIR_STEPS = 2
-# A one-flag change that beat its centre by this much is tried again once the centre has moved.
-REVISIT_MARGIN = 0.02
-# A sweep skips a value within this fraction of the range of the centre's (the centre measured it) ...
-CLOSE = 1 / 8
-# ... and one that lost to an earlier centre by more than this as its only change.
-LOST_MARGIN = 0.2
-# A cap read off the ladder this close (fraction of the range) to a cap already run is not tried.
-READ_CLOSE = CLOSE / 4
-# The model's proposal: the best of this many changes of the top 3 configs, each moving one or two
-# numeric parameters by a normal step of MODEL_STEP of the range (log scale if log).
-MODEL_CANDIDATES = 256
-MODEL_STEP = 0.1
 
 
 # The plan's notes a retried trial keeps, so the plan reads the retry as the move it repeats.
@@ -136,7 +107,7 @@ def _snap(dist: IntDistribution | FloatDistribution, x: float) -> Any:
     return int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
 
 
-def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[Any]:
+def grid_values(dist: BaseDistribution, points: int) -> list[Any]:
     """Representative values of one parameter: all choices, or `points` spread over the range."""
     if isinstance(dist, CategoricalDistribution):
         return list(dist.choices)
@@ -200,12 +171,13 @@ def screen_values(dist: BaseDistribution, value: Any) -> list[Any]:
     return [far] if far != value else []
 
 
-def grid_space(space: SpaceLike, points: int = NUMERIC_POINTS) -> dict[str, list[Any]]:
+def grid_space(space: SpaceLike, points: int) -> dict[str, list[Any]]:
     """The search space as a grid (for `GridSampler` and for enumerating a landscape's optimum)."""
     return {name: grid_values(dist, points) for name, dist in discover(space).items()}
 
 
-def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, space: SpaceLike, seed: int | None = None,
+                 settings: Settings = DEFAULT) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for `--sampler NAME`.
 
     "tpe" is set up for mixed, conditional spaces: multivariate, grouped (conditional parameters
@@ -214,15 +186,15 @@ def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna
     """
     if name == "tpe":
         return optuna.samplers.TPESampler(
-            multivariate=True, group=True, constant_liar=True, n_startup_trials=5,
+            multivariate=True, group=True, constant_liar=True, n_startup_trials=settings.startup_trials,
             seed=seed,
         )
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5, warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.startup_trials, warn_independent_sampling=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+        return optuna.samplers.GridSampler(grid_space(space, settings.numeric_points), seed=seed)
     raise BadInput(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
@@ -296,7 +268,7 @@ def advice(text: str, dists: Mapping[str, BaseDistribution]) -> dict[str, tuple[
     return out
 
 
-def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: int = 5) -> Any | None:
+def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: int = DEFAULT.repair_points) -> Any | None:
     """The value a hint moves ``value`` to: the next grid value below / above it, the value it
     sets, or the screen's most different value; None when there is none.
 
@@ -320,12 +292,11 @@ def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: in
     return (side[-1] if how == "down" else side[0]) if side else None
 
 
-def _close(dist: BaseDistribution, a: Any, b: Any, within: float | None = None) -> bool:
-    """Whether two values of a numeric parameter lie within ``within`` (default CLOSE) of its range
-    (log scale if log)."""
+def _close(dist: BaseDistribution, a: Any, b: Any, within: float) -> bool:
+    """Whether two values of a numeric parameter lie within ``within`` of its range (log scale if log)."""
     assert isinstance(dist, (IntDistribution, FloatDistribution))
     to = _scale(dist)
-    return abs(to(a) - to(b)) <= (CLOSE if within is None else within) * (to(dist.high) - to(dist.low))
+    return abs(to(a) - to(b)) <= within * (to(dist.high) - to(dist.low))
 
 
 def _cap(params: Mapping[str, Any]) -> float | None:
@@ -347,14 +318,14 @@ def running_points(trials: Iterable[FrozenTrial]) -> list[tuple[float, float]]:
     return sorted((r, sum(v) / len(v)) for r, v in seen.items())
 
 
-def running_peak(points: Sequence[tuple[float, float]]) -> float | None:
+def running_peak(points: Sequence[tuple[float, float]], noise: float = DEFAULT.noise_margin) -> float | None:
     """The running batch where throughput peaks, when the peak lies inside ``points`` and the curve
-    falls beyond it by more than noise: the vertex of a parabola through it and its neighbours (in
+    falls beyond it by more than ``noise``: the vertex of a parabola through it and its neighbours (in
     log batch size), kept between them. None otherwise."""
     if len(points) < 3:
         return None
     i = max(range(len(points)), key=lambda j: points[j][1])
-    if i in (0, len(points) - 1) or points[i][1] < points[i + 1][1] * (1.0 + NOISE_MARGIN):
+    if i in (0, len(points) - 1) or points[i][1] < points[i + 1][1] * (1.0 + noise):
         return None
     (x0, y0), (x1, y1), (x2, y2) = ((math.log(r), v) for r, v in points[i - 1:i + 2])
     den = (x0 - x1) * (x0 - x2) * (x1 - x2)  # the parabola through three unequally spaced points
@@ -423,15 +394,17 @@ class Strategy:
         *,
         seed: int | None = None,
         guided: bool = True,
+        settings: Settings = DEFAULT,
     ) -> None:
         if space.baseline is None:
             raise BadInput("the strategy starts from a baseline: give the space a `baseline:` or pass --start-from")
         self.space = space
         self.baseline = dict(space.baseline)
-        self.sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
+        self.settings = settings
+        self.sampler = make_sampler(sampler, space, seed, settings) if isinstance(sampler, str) else sampler
         self.guided = guided
         self._dists = discover(space)
-        self.ranking = Ranking(self._dists, pooled=guided)
+        self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
 
     # -- warm start --------------------------------------------------------------------------
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -450,15 +423,16 @@ class Strategy:
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
         """The next trial to run and its config; repeats and known crashes are told, not run.
 
-        After MAX_SKIPS of them in a row (a small space run through, or a sampler that has
+        After ``max_skips`` of them in a row (a small space run through, or a sampler that has
         converged) the next proposal runs as it is: a repeat measures noise, and the study goes on.
         """
         if self.guided:
             self._plan(study)
-        for skips in range(MAX_SKIPS + 1):
+        for skips in range(self.settings.max_skips + 1):
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER):
+            if (not self.guided or skips == self.settings.max_skips
+                    or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER)):
                 break
             reason = self._skip_reason(study, config, asking=trial.number)
             if reason is None:
@@ -531,7 +505,7 @@ class Strategy:
 
         The best working trial: a feasible completed one if any, else the one that reached the
         highest level value (pruned below the space's targets still beats not starting). Among
-        those within NOISE_MARGIN of the best, the one with the fewest changes from the baseline
+        those within the noise margin of the best, the one with the fewest changes from the baseline
         wins, so a change that only won by noise does not ride along (and block later moves). With
         nothing working yet, the baseline: the sweep then looks for the change that fixes its crash.
         Capped trials (a cap below the ladder's top) are centres only while no other works: the
@@ -547,7 +521,7 @@ class Strategy:
         if not scored:
             return dict(self.baseline), False
         top = max(v for _, v in scored)
-        near = [t for t, v in scored if v >= top * (1.0 - NOISE_MARGIN)]
+        near = [t for t, v in scored if v >= top * (1.0 - self.settings.noise_margin)]
         base = self.baseline
         best = min(near, key=lambda t: (sum(t.params.get(k) != v for k, v in base.items())
                                          + sum(k not in base for k in t.params), t.number))
@@ -608,22 +582,24 @@ class Strategy:
         if not working:
             # Every fix the failure line suggests at once: the centre then moves to the best of them.
             named = self._named_by_crash(study)
-            variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n]) if v != centre.get(n)]
+            variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n], self.settings.numeric_points)
+                        if v != centre.get(n)]
             if self._enqueue(study, variants, {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
                                                Attr.SWEEP_FROM_WORKING: False}):
                 return
         if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)
                         or self._plan_cap(study, centre)):
             return
-        if SCREEN and self._plan_screen(study, centre, working):
+        screen = self.settings.screen
+        if screen and self._plan_screen(study, centre, working):
             return
-        effects = self._effects(study) if SCREEN else {}
-        for sweep_pass in range(SWEEP_PASSES):
+        effects = self._effects(study) if screen else {}
+        for sweep_pass in range(self.settings.sweep_passes):
             swept = {t.user_attrs.get(Attr.SWEEP_PARAM) for t in trials
                      if t.user_attrs.get(Attr.SWEEP_PASS) == sweep_pass and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)}
             # Screened: the parameters that mattered, biggest effect first. Else the space file's
             # order: the user's sense of what matters most.
-            names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
+            names = sorted(effects, key=lambda n: -effects[n]) if screen else list(self._dists)
             if sweep_pass == 1 and working and self._plan_cap(study, centre, fine=True):
                 return
             if self._sweep(study, centre, working, names, sweep_pass, swept):
@@ -632,7 +608,7 @@ class Strategy:
                                                 or self._plan_combine(study, centre)):
                 return
             # An unordered categorical's screen tried one choice of several: sweep the rest last.
-            unordered = [n for n, d in self._dists.items() if SCREEN and _unordered(d)]
+            unordered = [n for n, d in self._dists.items() if screen and _unordered(d)]
             if sweep_pass == 0 and working and self._sweep(study, centre, working, unordered, sweep_pass, swept):
                 return
         if working:
@@ -656,17 +632,17 @@ class Strategy:
         neighbours (later passes), less what earlier trials already tell.
 
         Each trial costs a server start, so every pass drops caps the centre's own ladder already
-        measured (`_cap_unread`), and pass 0 drops a grid value within CLOSE of the centre's (the
-        centre measured it) and one that lost by more than LOST_MARGIN as the only change from an
+        measured (`_cap_unread`), and pass 0 drops a grid value within ``close`` of the centre's (the
+        centre measured it) and one that lost by more than ``lost_margin`` as the only change from an
         earlier centre (a far bound that halved throughput will not win on the next).
         """
         dist = self._dists[name]
-        values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
+        values = grid_values(dist, self.settings.numeric_points) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
         if name == CAP:
             values = self._cap_unread(study, centre, values)
         if sweep_pass == 0 and not isinstance(dist, CategoricalDistribution):
             lost = self._lost(study, name)
-            values = [v for v in values if v not in lost and not _close(dist, v, centre[name])]
+            values = [v for v in values if v not in lost and not _close(dist, v, centre[name], self.settings.close)]
         return [v for v in values if v != centre[name]]
 
     def _plan_combine(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
@@ -703,7 +679,7 @@ class Strategy:
             if not holders:
                 continue
             best = max(holders, key=lambda t: self._score(t) or 0.0)
-            variants = [{**best.params, name: v} for v in grid_values(dist) if v != best.params[name]]
+            variants = [{**best.params, name: v} for v in grid_values(dist, self.settings.numeric_points) if v != best.params[name]]
             attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: 0, Attr.SWEEP_FROM_WORKING: True}
             if self._enqueue(study, variants, attrs):
                 return True
@@ -742,7 +718,7 @@ class Strategy:
         """Parameters whose screen mattered, by relative change from its centre (a crash, or a run
         from a crashing centre: infinite).
 
-        A change within NOISE_MARGIN is measurement noise: that parameter's other values are left
+        A change within the noise margin is measurement noise: that parameter's other values are left
         to the sampler, which has the screen in its history.
         """
         effects: dict[str, float] = {}
@@ -755,7 +731,7 @@ class Strategy:
             else:
                 effect = math.inf if score is None else abs(score - ref) / ref
             name = t.user_attrs[Attr.SWEEP_PARAM]
-            if effect > NOISE_MARGIN:
+            if effect > self.settings.noise_margin:
                 effects[name] = max(effect, effects.get(name, 0.0))
         return effects
 
@@ -775,7 +751,7 @@ class Strategy:
         leaves no room: the failure says "set --mem-fraction-static to a smaller value", so the
         move is retried with that change (one trial per other parameter advised; a parameter the
         advice names alone means the fix is its own value, which the sweep tries). A repair that
-        crashed too moves its parameter one more grid step the same way, up to REPAIR_STEPS.
+        crashed too moves its parameter one more grid step the same way, up to ``repair_steps``.
         Done as soon as the crash is seen: the move may be the biggest win of the space.
         """
         finished = self._finished(study)
@@ -793,12 +769,12 @@ class Strategy:
                 if q == name or q not in centre:
                     continue
                 tried = [r.params[q] for r in repairs if q in r.params and r.params[q] != centre[q]]
-                if len(tried) >= REPAIR_STEPS or (tried and hint[0] not in ("down", "up")):
+                if len(tried) >= self.settings.repair_steps or (tried and hint[0] not in ("down", "up")):
                     continue
-                value = toward(self._dists[q], tried[-1] if tried else centre[q], hint)
+                value = toward(self._dists[q], tried[-1] if tried else centre[q], hint, self.settings.repair_points)
                 if value is not None:
                     moves.append({**centre, name: t.params[name], q: value})
-            if self._enqueue(study, moves[:MAX_PARTNERS], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
+            if self._enqueue(study, moves[:self.settings.max_partners], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
                 return True
         return False
 
@@ -816,7 +792,7 @@ class Strategy:
             name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
             if name not in centre or Attr.SWEEP_FROM not in t.user_attrs:
                 continue
-            won = bool(ref and score and score > ref * (1.0 + REVISIT_MARGIN))
+            won = bool(ref and score and score > ref * (1.0 + self.settings.revisit_margin))
             if t.user_attrs.get(Attr.SWEEP_PASS) == "revisit" and not won:
                 lost.add((name, t.params.get(name)))
             elif won and centre[name] == t.user_attrs[Attr.SWEEP_FROM] and t.params.get(name, centre[name]) != centre[name]:
@@ -835,8 +811,8 @@ class Strategy:
         """Enqueue the Gaussian-process model's proposal, on every other trial once the plan is done.
 
         The model is fitted on the band of top trials (as `top` fits it); the proposal is the
-        candidate of highest expected improvement over the best estimate among MODEL_CANDIDATES
-        small changes of the three best configs: numeric parameters only (the sweep mapped the
+        candidate of highest expected improvement over the best estimate among ``model_candidates``
+        small changes of the ``model_tops`` best configs: numeric parameters only (the sweep mapped the
         choices), one or two at a time, not a config already measured or known to crash. The
         candidates are drawn with the number of finished trials as the seed, so a resumed study
         proposes what the interrupted one would have.
@@ -844,19 +820,19 @@ class Strategy:
         done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and Attr.SKIPPED not in t.user_attrs]
         if done and done[-1].user_attrs.get(Attr.PLAN) == Plan.MODEL:
             return False  # the sampler's turn: it keeps looking at the whole space
-        fitted = band(self._feasible(study))
-        if len(fitted) < BAND_MIN_POINTS:
+        fitted = band(self._feasible(study), self.settings.rank_band)
+        if len(fitted) < self.settings.band_min_points:
             return False
         model = fit(self._dists, [t.params for t in fitted], [t.value or 0.0 for t in fitted])
         if model is None:
             return False
         means = model.predict([t.params for t in fitted])[0]
-        tops = [fitted[i].params for i in np.argsort(-means)[:3]]
+        tops = [fitted[i].params for i in np.argsort(-means)[:self.settings.model_tops]]
         rng = np.random.default_rng(len(done))
         tried = [t.params for t in self._finished(study)]
         crashes = self.known_crashes(study)
         candidates: list[dict[str, Any]] = []
-        for i in range(MODEL_CANDIDATES):
+        for i in range(self.settings.model_candidates):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
             if not any(same_config(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
                 candidates.append(c)
@@ -866,14 +842,14 @@ class Strategy:
         return self._enqueue(study, [candidates[int(np.argmax(gain))]], {Attr.PLAN: Plan.MODEL})
 
     def _perturb(self, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        """``config`` with one or two of its numeric parameters moved by a normal step of MODEL_STEP."""
+        """``config`` with one or two of its numeric parameters moved by a normal step of ``model_step``."""
         out = dict(config)
         numeric = [n for n in out if isinstance(self._dists.get(n), (IntDistribution, FloatDistribution))]
         for name in rng.choice(numeric, size=min(len(numeric), int(rng.integers(1, 3))), replace=False):
             dist = self._dists[name]
             assert isinstance(dist, (IntDistribution, FloatDistribution))
             to = _scale(dist)
-            step = rng.normal(0.0, MODEL_STEP) * (to(dist.high) - to(dist.low))
+            step = rng.normal(0.0, self.settings.model_step) * (to(dist.high) - to(dist.low))
             out[name] = _snap(dist, _unscale(dist)(to(out[name]) + step))
         return out
 
@@ -896,12 +872,12 @@ class Strategy:
 
     def _lost(self, study: optuna.Study, name: str) -> list[Any]:
         """Values of ``name`` that, as the only change from a working centre, lost to it by more
-        than LOST_MARGIN: far beyond noise, so not worth a sweep trial on a later centre."""
+        than ``lost_margin``: far beyond noise, so not worth a sweep trial on a later centre."""
         lost = []
         for t in self._working(study):
             ref, score = float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0), self._score(t)
             if (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
-                    and ref > 0 and score is not None and score < ref * (1.0 - LOST_MARGIN) and name in t.params):
+                    and ref > 0 and score is not None and score < ref * (1.0 - self.settings.lost_margin) and name in t.params):
                 lost.append(t.params[name])
         return lost
 
@@ -930,10 +906,10 @@ class Strategy:
         if "kink" in reads or ("ladder" in reads) != fine:
             return False
         points = running_points(t for t in slice_ if t.constraints.get(Constraint.CRASHED, 0) <= 0)
-        peak = running_kink(points) if fine else running_peak(points)
+        peak = running_kink(points) if fine else running_peak(points, self.settings.noise_margin)
         value = None if peak is None else nearest(dist, peak)
         if value is None or any(t.params.get(CAP) == value or not isinstance(dist, CategoricalDistribution)
-                                and _close(dist, value, t.params[CAP], READ_CLOSE) for t in slice_ if CAP in t.params):
+                                and _close(dist, value, t.params[CAP], self.settings.read_close) for t in slice_ if CAP in t.params):
             return False  # it would only measure a cap of the slice again
         # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
         attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: CAP, Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True}
@@ -943,7 +919,7 @@ class Strategy:
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
         """Report a ladder level (step = its index); False means prune the trial now.
 
-        Pruned when below the space's target at that concurrency, or below PRUNE_RATIO of the
+        Pruned when below the space's target at that concurrency, or below ``prune_ratio`` of the
         best completed, feasible trial at the same step.
         """
         trial.report(value, step)
@@ -957,9 +933,10 @@ class Strategy:
         seen = [t.intermediate_values[step]
                 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if step in t.intermediate_values and meets_constraints(t)]
-        if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
+        ratio = self.settings.prune_ratio
+        if len(seen) >= self.settings.prune_min_completed and value < ratio * max(seen):
             trial.set_user_attr(Attr.PRUNED_BECAUSE,
-                                f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
+                                f"{value:.0f} tok/s, under {ratio:.0%} of the best {max(seen):.0f} at {concurrency}")
             return False
         reach = self._reach(study, step, value)
         if reach is not None and reach[0] < reach[1]:
@@ -973,14 +950,14 @@ class Strategy:
 
         The most: ``value`` times the largest growth from that step to the objective that any
         completed trial showed, plus twice the noise margin (both measurements vary). None while
-        fewer than PRUNE_MIN_COMPLETED trials completed, and at the last step (nothing to save).
+        fewer than ``prune_min_completed`` trials completed, and at the last step (nothing to save).
         """
         done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if meets_constraints(t) and t.value and t.intermediate_values.get(step)]
-        if len(done) < PRUNE_MIN_COMPLETED or step >= max(len(t.intermediate_values) for t in done) - 1:
+        if len(done) < self.settings.prune_min_completed or step >= max(len(t.intermediate_values) for t in done) - 1:
             return None
         growth = max(float(t.value) / t.intermediate_values[step] for t in done)  # type: ignore[arg-type]
-        return value * growth * (1.0 + 2 * NOISE_MARGIN), max(float(t.value) for t in done)  # type: ignore[arg-type]
+        return value * growth * (1.0 + 2 * self.settings.noise_margin), max(float(t.value) for t in done)  # type: ignore[arg-type]
 
     # -- telling -----------------------------------------------------------------------------
     @staticmethod

@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.errors import BadInput
+from search.settings import DEFAULT, Settings
 from search.storage import Outcome
 from search.strategy import SAMPLERS, Strategy, make_sampler
 from tests.strategy.fixture import LADDER, FixtureSpace, to_flags
@@ -25,10 +26,10 @@ def _study(strategy: Strategy) -> optuna.Study:
     return optuna.create_study(direction="maximize", sampler=strategy.sampler)
 
 
-def _started() -> tuple[FixtureSpace, Strategy, optuna.Study]:
+def _started(settings: Settings = DEFAULT) -> tuple[FixtureSpace, Strategy, optuna.Study]:
     """A fresh study of the fixture space with its baseline enqueued."""
     space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
+    strategy = Strategy(space, seed=0, settings=settings)
     study = _study(strategy)
     strategy.start(study)
     return space, strategy, study
@@ -508,11 +509,10 @@ def test_a_config_already_running_is_not_started_twice() -> None:
     assert other.number > skipped.number and study.trials[running.number].state == TrialState.RUNNING
 
 
-def test_a_run_of_repeats_ends_with_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sampler proposing only configs already run (a small space used up) is told MAX_SKIPS
+def test_a_run_of_repeats_ends_with_one_that_runs() -> None:
+    """A sampler proposing only configs already run (a small space used up) is told ``max_skips``
     repeats, then its next proposal runs: the ask never hands back a trial it already told."""
-    monkeypatch.setattr("search.strategy.MAX_SKIPS", 3)
-    space, strategy, study = _started()
+    space, strategy, study = _started(Settings(max_skips=3))
     baseline, config = strategy.ask(study)
     strategy.tell(study, baseline, "completed", objective=900.0)
     for _ in range(5):
@@ -570,7 +570,7 @@ def test_the_sweep_skips_a_value_next_to_the_centres_and_one_that_lost_by_far() 
     tries only 0.95 of its grid, not 0.80 again nor 0.87, next to the centre's 0.88."""
     from search.strategy import grid_values
     space, strategy, study = _started()
-    assert grid_values(strategy._dists["--mem-fraction-static"]) == [0.80, 0.87, 0.95]
+    assert grid_values(strategy._dists["--mem-fraction-static"], DEFAULT.numeric_points) == [0.80, 0.87, 0.95]
 
     def level(config: dict, running: int) -> float:
         return (running * (2.0 if config["--max-running-requests"] >= 1024 else 1.0)
@@ -616,12 +616,10 @@ def test_the_final_centres_cap_is_read_again_where_its_curve_kinks() -> None:
     assert abs(reads[1][1] - 160) < abs(reads[0][1] - 160) and 150 <= reads[1][1] <= 175
 
 
-def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top() -> None:
     """Nine uncapped configs within a few percent of each other differ in NCCL channels and memory
     fraction; seven capped ones run at 30-85% of them. Fitted on all sixteen, the model spends its
     length scales on the cap and reorders the top; fitted on the band near the best, it does not."""
-    import search.ranking as ranking_module
-
     def run(n: int, mem: float, cap: int = 2048) -> dict:
         return {"--moe-runner-backend": "cutlass", "--max-running-requests": cap, "NCCL_MIN_NCHANNELS": n,
                 "--mem-fraction-static": mem}
@@ -631,16 +629,16 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
     far = [(run(n, .88, cap), v) for cap, n, v in [(100, 16, 1200), (200, 4, 1900), (300, 32, 2300), (400, 12, 2500),
                                                  (150, 8, 1500), (600, 20, 2600), (64, 16, 900)]]
 
-    def ranking(runs: list[tuple[dict, float]]) -> list[tuple[int, float]]:
+    def ranking(runs: list[tuple[dict, float]], settings: Settings = DEFAULT) -> list[tuple[int, float]]:
         space = FixtureSpace()
-        strategy = Strategy(space, seed=0)
+        strategy = Strategy(space, seed=0, settings=settings)
         study = _study(strategy)
         _completed(space, strategy, study, runs)
         return [(t.params["NCCL_MIN_NCHANNELS"], t.params["--mem-fraction-static"]) for t in strategy.top(study, 3)]
 
     assert ranking(top + far) == ranking(top)
-    monkeypatch.setattr(ranking_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
-    assert ranking(top + far) != ranking(top)
+    every = Settings(rank_band=1.0)  # the band is every trial: the old ranking
+    assert ranking(top + far, every) != ranking(top, every)
 
 
 def test_expected_improvement_rewards_a_higher_mean_and_more_doubt() -> None:
@@ -659,8 +657,8 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     """Once the plan is done and enough trials are near the best, the model proposes every other
     trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
     takes the turns between."""
-    from search.ranking import BAND_MIN_POINTS, RANK_BAND
     space, strategy, study = _started()
+    settings = strategy.settings
     backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
 
     def level(config: dict, running: int) -> float:  # an interior NCCL optimum at 16, the cap saturating
@@ -673,7 +671,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     first = kinds.index("model")
     done = [study.trials[t.number] for t in asked[:first] if study.trials[t.number].state == TrialState.COMPLETE]
     best = max(t.value for t in done)
-    assert sum(t.value >= best * (1 - RANK_BAND) for t in done) >= BAND_MIN_POINTS
+    assert sum(t.value >= best * (1 - settings.rank_band) for t in done) >= settings.band_min_points
     numeric = {"--max-running-requests", "--cuda-graph-max-bs-decode", "--mem-fraction-static", "NCCL_MIN_NCHANNELS"}
     for t in asked:
         if t.user_attrs["strategy"] != "model":
@@ -687,7 +685,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
 
 def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
-    sharp optimum), the first of the ranking was measured within RANK_GUARD of the best."""
+    sharp optimum), the first of the ranking was measured within ``rank_guard`` of the best."""
     import search.ranking as ranking_module
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
