@@ -76,6 +76,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
 from search.optuna_internals import enqueued_params
+from search.pruner import LadderPruner
 from search.ranking import Ranking, band, same_config
 from search.settings import DEFAULT, Settings
 from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
@@ -384,7 +385,9 @@ class Strategy:
         strategy.tell(study, trial, outcome, objective=..., slo_ok=..., answers_differ=...)
 
     ``guided=False`` gives the plain sampler (no warm start, sweep, pruning or skipping): the
-    benchmark's reference for what the guidance is worth.
+    benchmark's reference for what the guidance is worth. The parts can also be varied alone:
+    ``settings`` (`search.settings.Settings`) holds every number, ``pruner`` is the ladder rules
+    (`search.pruner.LadderPruner`; ``pruning=False`` leaves them out).
     """
 
     def __init__(
@@ -394,6 +397,7 @@ class Strategy:
         *,
         seed: int | None = None,
         guided: bool = True,
+        pruning: bool = True,
         settings: Settings = DEFAULT,
     ) -> None:
         if space.baseline is None:
@@ -405,6 +409,8 @@ class Strategy:
         self.guided = guided
         self._dists = discover(space)
         self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
+        # The ladder rules; None (unguided, or ``pruning=False`` to ablate them alone) runs every level.
+        self.pruner = LadderPruner(space.targets, settings) if guided and pruning else None
 
     # -- warm start --------------------------------------------------------------------------
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -917,47 +923,14 @@ class Strategy:
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
-        """Report a ladder level (step = its index); False means prune the trial now.
-
-        Pruned when below the space's target at that concurrency, or below ``prune_ratio`` of the
-        best completed, feasible trial at the same step.
-        """
+        """Report a ladder level (step = its index); False means prune the trial now (`LadderPruner`
+        says why, kept as ``pruned_because``)."""
         trial.report(value, step)
         trial.set_user_attr(Attr.LADDER, [*trial.user_attrs.get(Attr.LADDER, [])[:step], concurrency])
-        if not self.guided:
-            return True
-        target = self.space.targets.get(concurrency)
-        if target is not None and value < target:
-            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s below the target {target:.0f} at {concurrency}")
-            return False
-        seen = [t.intermediate_values[step]
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if step in t.intermediate_values and meets_constraints(t)]
-        ratio = self.settings.prune_ratio
-        if len(seen) >= self.settings.prune_min_completed and value < ratio * max(seen):
-            trial.set_user_attr(Attr.PRUNED_BECAUSE,
-                                f"{value:.0f} tok/s, under {ratio:.0%} of the best {max(seen):.0f} at {concurrency}")
-            return False
-        reach = self._reach(study, step, value)
-        if reach is not None and reach[0] < reach[1]:
-            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s at {concurrency}: growing as fast as any "
-                                                  f"completed trial did, it would reach {reach[0]:.0f}, under the best {reach[1]:.0f}")
-            return False
-        return True
-
-    def _reach(self, study: optuna.Study, step: int, value: float) -> tuple[float, float] | None:
-        """(the most a trial at ``value`` after ``step`` can end with, the best objective so far).
-
-        The most: ``value`` times the largest growth from that step to the objective that any
-        completed trial showed, plus twice the noise margin (both measurements vary). None while
-        fewer than ``prune_min_completed`` trials completed, and at the last step (nothing to save).
-        """
-        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if meets_constraints(t) and t.value and t.intermediate_values.get(step)]
-        if len(done) < self.settings.prune_min_completed or step >= max(len(t.intermediate_values) for t in done) - 1:
-            return None
-        growth = max(float(t.value) / t.intermediate_values[step] for t in done)  # type: ignore[arg-type]
-        return value * growth * (1.0 + 2 * self.settings.noise_margin), max(float(t.value) for t in done)  # type: ignore[arg-type]
+        reason = None if self.pruner is None else self.pruner.why(study, step, concurrency, value)
+        if reason is not None:
+            trial.set_user_attr(Attr.PRUNED_BECAUSE, reason)
+        return reason is None
 
     # -- telling -----------------------------------------------------------------------------
     @staticmethod

@@ -90,6 +90,18 @@ def test_pruning_below_target_and_well_below_completed_trials() -> None:
     assert plain.on_level(study, study.ask(), 0, 64, 1.0) is True
 
 
+def test_the_ladder_rules_are_an_optuna_pruner() -> None:
+    """`LadderPruner` prunes through Optuna's own ``trial.should_prune()``, by the same rules."""
+    from search.pruner import LadderPruner
+    study = optuna.create_study(direction="maximize", pruner=LadderPruner(FixtureSpace().targets))
+    trial = study.ask()
+    trial.report(250.0, 0)
+    assert trial.should_prune() is False  # no concurrency recorded for the level: nothing to judge
+    trial.set_user_attr("level_concurrency", [64])
+    assert trial.should_prune() is True  # target at 64 is 300
+    assert Strategy(FixtureSpace(), seed=0, pruning=False).pruner is None
+
+
 def test_sweep_varies_one_parameter_of_the_incumbent() -> None:
     space, strategy, study = _started()
     trial, _ = strategy.ask(study)
