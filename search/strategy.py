@@ -75,11 +75,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
-from search.optuna_internals import enqueued_params
+from search.memory import Memory, crashed_choice, failure_kind, finished, working
 from search.pruner import LadderPruner
 from search.ranking import Ranking, band, same_config
 from search.settings import DEFAULT, Settings
-from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
+from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, set_constraints, views
 from search.surrogate import fit
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
@@ -205,19 +205,10 @@ def _unordered(dist: BaseDistribution) -> bool:
         c is None or isinstance(c, (int, float)) for c in dist.choices)
 
 
-def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
-    """The parameter whose value in ``config`` is among its known ``crashes``, if any."""
-    return next((n for n, values in crashes.items() if n in config and config[n] in values), None)
-
-
 def _failure_text(trial: FrozenTrial) -> str:
     """The deciding line and SGLang's advice lines after it (one clause per line)."""
     failure = trial.user_attrs.get(Attr.FAILURE) or {}
     return "\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])])
-
-
-def _failure_kind(trial: FrozenTrial) -> str | None:
-    return (trial.user_attrs.get(Attr.FAILURE) or {}).get("kind")
 
 
 def named_in(text: str, dists: Mapping[str, BaseDistribution]) -> list[str]:
@@ -387,7 +378,9 @@ class Strategy:
     ``guided=False`` gives the plain sampler (no warm start, sweep, pruning or skipping): the
     benchmark's reference for what the guidance is worth. The parts can also be varied alone:
     ``settings`` (`search.settings.Settings`) holds every number, ``pruner`` is the ladder rules
-    (`search.pruner.LadderPruner`; ``pruning=False`` leaves them out).
+    (`search.pruner.LadderPruner`; ``pruning=False`` leaves them out), ``memory`` the filter
+    around the sampler that tells known crashes and repeats without running them
+    (`search.memory.Memory`; ``memory=False`` leaves it out).
     """
 
     def __init__(
@@ -398,6 +391,7 @@ class Strategy:
         seed: int | None = None,
         guided: bool = True,
         pruning: bool = True,
+        memory: bool = True,
         settings: Settings = DEFAULT,
     ) -> None:
         if space.baseline is None:
@@ -411,6 +405,8 @@ class Strategy:
         self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
         # The ladder rules; None (unguided, or ``pruning=False`` to ablate them alone) runs every level.
         self.pruner = LadderPruner(space.targets, settings) if guided and pruning else None
+        # Known crashes and repeats told without running; None (unguided, ``memory=False``) runs every proposal.
+        self.memory = Memory(self._dists, settings) if guided and memory else None
 
     # -- warm start --------------------------------------------------------------------------
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -434,77 +430,26 @@ class Strategy:
         """
         if self.guided:
             self._plan(study)
-        for skips in range(self.settings.max_skips + 1):
+        if self.memory is not None:
+            trial, config = self.memory.ask(study, self.space.suggest)
+        else:
             trial = study.ask()
             config = self.space.suggest(trial)
-            if (not self.guided or skips == self.settings.max_skips
-                    or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER)):
-                break
-            reason = self._skip_reason(study, config, asking=trial.number)
-            if reason is None:
-                break
-            self._tell_skipped(study, trial, config, reason)
         if Attr.PLAN not in trial.user_attrs:
             trial.set_user_attr(Attr.PLAN, Plan.SAMPLER)
         return trial, config
-
-    def _finished(self, study: optuna.Study) -> list[FrozenTrial]:
-        return [
-            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            if Attr.SKIPPED not in t.user_attrs
-        ]
 
     def incumbent(self, study: optuna.Study) -> TrialView | None:
         """The best completed trial meeting every constraint: the first one `top` ranks."""
         best = self.top(study, 1)
         return best[0] if best else None
 
-    def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
-        """Choices that crashed when the sweep changed only that parameter of a working config.
+    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any]) -> str | None:
+        """Why the memory would tell ``config`` without running it (None without a memory)."""
+        return None if self.memory is None else self.memory.reason(study, config)
 
-        A move from a crashing centre says nothing of its value (the centre's own fault crashed
-        it: a baseline whose backend fails would otherwise make graphs-off a known crash). Numeric
-        values and out-of-memory crashes are left out: those are thresholds that move with other
-        flags (a larger graph batch fits with a smaller memory fraction), as is a value that has run
-        in any config.
-        """
-        found: dict[str, list[Any]] = {}
-        ran = [t.params for t in self._working(study)]
-        for t in self._finished(study):
-            name = t.user_attrs.get(Attr.SWEEP_PARAM)
-            categorical = name is not None and isinstance(self._dists.get(name), CategoricalDistribution)
-            if (categorical and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and t.constraints.get(Constraint.CRASHED, 0) > 0
-                    and name in t.params and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
-                found.setdefault(name, []).append(t.params[name])
-        return found
-
-    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any], asking: int | None = None) -> str | None:
-        """Why ``config`` should not run: a known crash, or the config of a finished, running or
-        waiting trial (parallel asks see each other's configs only through this: GPSampler has no
-        constant liar; a retry waits with the config of a lost trial, which a planned move may
-        repeat). ``asking`` is the trial being asked, itself running."""
-        name = _crashed_choice(config, self.known_crashes(study))
-        if name is not None:
-            return f"{name}={config[name]!r} crashed when the sweep tried it alone"
-        for t in self._finished(study):
-            if same_config(t.params, config):
-                return f"same config as trial {t.number}"
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            if t.number != asking and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config):
-                return f"same config as {t.state.name.lower()} trial {t.number}"
-        return None
-
-    def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:
-        """A known crash is told PRUNED + crashed so TPE keeps learning; a repeat FAIL (ignored)."""
-        trial.set_user_attr(Attr.SKIPPED, reason)
-        crash = "crashed" in reason
-        self._set_constraints(trial, crashed=crash)
-        trial.set_user_attr(Attr.OUTCOME, Outcome.CRASHED if crash else Outcome.PRUNED)
-        study.tell(trial, state=TrialState.PRUNED if crash else TrialState.FAIL)
-
-    def _working(self, study: optuna.Study) -> list[FrozenTrial]:
-        """Finished trials whose server started (completed, or pruned on the ladder)."""
-        return [t for t in self._finished(study) if t.constraints.get(Constraint.CRASHED, 0) <= 0]
+    def _known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
+        return {} if self.memory is None else self.memory.known_crashes(study)
 
     def _centre(self, study: optuna.Study) -> tuple[dict[str, Any], bool]:
         """The config the next moves vary, and whether it is known to work.
@@ -518,12 +463,12 @@ class Strategy:
         cap hides what other flags do to the running-batch curve (more KV memory moves its peak),
         and each centre gets its own cap read off its ladder (`_plan_cap`).
         """
-        working = self._working(study)
-        working = [t for t in working if not self._capped(t)] or working
-        feasible = [t for t in working
+        started = working(study)
+        started = [t for t in started if not self._capped(t)] or started
+        feasible = [t for t in started
                     if t.state == TrialState.COMPLETE and meets_constraints(t) and t.value is not None]
         scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
-            (t, max(t.intermediate_values.values())) for t in working if t.intermediate_values]
+            (t, max(t.intermediate_values.values())) for t in started if t.intermediate_values]
         if not scored:
             return dict(self.baseline), False
         top = max(v for _, v in scored)
@@ -537,7 +482,7 @@ class Strategy:
         """Parameters the baseline's failure advises changing: SGLang often says which flag to change
         ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph"),
         and where it does not, its usual advice for that kind of failure names them."""
-        for t in self._finished(study):
+        for t in finished(study):
             if t.constraints.get(Constraint.CRASHED, 0) > 0 and same_config(t.params, self.baseline):
                 return list(self._hints(t))
         return []
@@ -553,7 +498,7 @@ class Strategy:
 
     def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[Attr, Any]) -> bool:
         """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
-        tried = [t.params for t in self._finished(study)]
+        tried = [t.params for t in finished(study)]
         fresh: list[dict[str, Any]] = []
         for c in map(self._active, configs):
             if any(same_config(c, p) for p in [*tried, *fresh]):
@@ -659,7 +604,7 @@ class Strategy:
         backend on top of a larger graph batch). Only changes of a value the centre still has count.
         """
         best: dict[str, tuple[float, Any]] = {}
-        for t in self._working(study):
+        for t in working(study):
             name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
             if (name in centre and Attr.SWEEP_FROM in t.user_attrs and centre[name] == t.user_attrs[Attr.SWEEP_FROM]
                     and ref and score and score > ref and score / ref > best.get(name, (1.0, None))[0]):
@@ -669,7 +614,7 @@ class Strategy:
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
-        return max((self._score(t) or 0.0 for t in self._working(study) if same_config(t.params, centre)), default=0.0)
+        return max((self._score(t) or 0.0 for t in working(study) if same_config(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
         """Sweep each parameter the centre leaves inactive from the best working config where it is active.
@@ -681,7 +626,7 @@ class Strategy:
         for name, dist in self._dists.items():
             if name in centre or name in swept:
                 continue
-            holders = [t for t in self._working(study) if name in t.params]
+            holders = [t for t in working(study) if name in t.params]
             if not holders:
                 continue
             best = max(holders, key=lambda t: self._score(t) or 0.0)
@@ -728,7 +673,7 @@ class Strategy:
         to the sampler, which has the screen in its history.
         """
         effects: dict[str, float] = {}
-        for t in self._finished(study):
+        for t in finished(study):
             if t.user_attrs.get(Attr.SWEEP_PASS) != SCREEN_PASS:
                 continue
             score, ref = self._score(t), float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0)
@@ -745,7 +690,7 @@ class Strategy:
     def _hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
         """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
         found = advice(_failure_text(trial), self._dists)
-        kind = _failure_kind(trial)
+        kind = failure_kind(trial)
         if not found and kind in _ADVICE:
             found = advice(_ADVICE[kind], self._dists)
         return found
@@ -760,14 +705,14 @@ class Strategy:
         crashed too moves its parameter one more grid step the same way, up to ``repair_steps``.
         Done as soon as the crash is seen: the move may be the biggest win of the space.
         """
-        finished = self._finished(study)
-        for t in finished:
+        ran = finished(study)
+        for t in ran:
             name = t.user_attrs.get(Attr.SWEEP_PARAM)
             if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                     or name not in t.params or centre.get(name) == t.params[name]):
                 continue
             key = f"{name}={t.params[name]!r}"
-            repairs = [r for r in finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
+            repairs = [r for r in ran if r.user_attrs.get(Attr.PARTNER_OF) == key]
             if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in repairs):
                 continue  # a repair that kept the crashed value ran (graphs off would not count): done
             moves = []
@@ -794,7 +739,7 @@ class Strategy:
         """
         wins: list[tuple[float, str, Any]] = []
         lost: set[tuple[str, Any]] = set()
-        for t in self._finished(study):
+        for t in finished(study):
             name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
             if name not in centre or Attr.SWEEP_FROM not in t.user_attrs:
                 continue
@@ -835,12 +780,12 @@ class Strategy:
         means = model.predict([t.params for t in fitted])[0]
         tops = [fitted[i].params for i in np.argsort(-means)[:self.settings.model_tops]]
         rng = np.random.default_rng(len(done))
-        tried = [t.params for t in self._finished(study)]
-        crashes = self.known_crashes(study)
+        tried = [t.params for t in finished(study)]
+        crashes = self._known_crashes(study)
         candidates: list[dict[str, Any]] = []
         for i in range(self.settings.model_candidates):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
-            if not any(same_config(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
+            if not any(same_config(c, x) for x in [*tried, *candidates]) and crashed_choice(c, crashes) is None:
                 candidates.append(c)
         if not candidates:
             return False
@@ -867,7 +812,7 @@ class Strategy:
         cap above it changes nothing. Left: caps below the lowest level, and only when the curve
         fell from its first level on (the peak may lie below it).
         """
-        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
+        runs = [t for t in working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
                 and not self._capped(t) and len(t.user_attrs.get(Attr.LADDER) or []) >= 2]
         if not runs:
             return values
@@ -880,7 +825,7 @@ class Strategy:
         """Values of ``name`` that, as the only change from a working centre, lost to it by more
         than ``lost_margin``: far beyond noise, so not worth a sweep trial on a later centre."""
         lost = []
-        for t in self._working(study):
+        for t in working(study):
             ref, score = float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0), self._score(t)
             if (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                     and ref > 0 and score is not None and score < ref * (1.0 - self.settings.lost_margin) and name in t.params):
@@ -907,7 +852,7 @@ class Strategy:
         if dist is None or CAP not in centre:
             return False
         rest = {k: v for k, v in centre.items() if k != CAP}
-        slice_ = [t for t in self._finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
+        slice_ = [t for t in finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
         reads = [t.user_attrs.get(Attr.SWEEP_PASS) for t in slice_]
         if "kink" in reads or ("ladder" in reads) != fine:
             return False
@@ -933,12 +878,6 @@ class Strategy:
         return reason is None
 
     # -- telling -----------------------------------------------------------------------------
-    @staticmethod
-    def _set_constraints(trial: optuna.Trial, *, crashed: bool = False, slo_ok: bool = True, answers_differ: bool = False) -> None:
-        trial.set_constraint(Constraint.CRASHED, 1.0 if crashed else 0.0)
-        trial.set_constraint(Constraint.SLO, 0.0 if slo_ok else 1.0)
-        trial.set_constraint(Constraint.CORRECTNESS, 1.0 if answers_differ else 0.0)
-
     def tell(
         self,
         study: optuna.Study,
@@ -965,7 +904,7 @@ class Strategy:
             study.tell(trial, state=TrialState.FAIL)
             study.enqueue_trial(dict(trial.params), user_attrs={**attrs, Attr.RETRY_OF: trial.number})
             return
-        self._set_constraints(trial, crashed=outcome == Outcome.CRASHED, slo_ok=slo_ok, answers_differ=answers_differ)
+        set_constraints(trial, crashed=outcome == Outcome.CRASHED, slo_ok=slo_ok, answers_differ=answers_differ)
         if outcome == Outcome.COMPLETED:
             if objective is None:
                 raise ValueError("a completed trial needs its objective")

@@ -102,6 +102,20 @@ def test_the_ladder_rules_are_an_optuna_pruner() -> None:
     assert Strategy(FixtureSpace(), seed=0, pruning=False).pruner is None
 
 
+def test_without_the_memory_a_repeat_runs() -> None:
+    """``memory=False`` ablates the filter alone: the same repeat the memory tells is asked and run."""
+    for memory, runs in ((True, False), (False, True)):
+        space = FixtureSpace()
+        strategy = Strategy(space, seed=0, memory=memory)
+        study = _study(strategy)
+        strategy.start(study)
+        baseline, config = strategy.ask(study)
+        strategy.tell(study, baseline, "completed", objective=900.0)
+        study.enqueue_trial(dict(config), user_attrs={"strategy": "sampler"})
+        trial, again = strategy.ask(study)
+        assert (again == config) is runs
+
+
 def test_sweep_varies_one_parameter_of_the_incumbent() -> None:
     space, strategy, study = _started()
     trial, _ = strategy.ask(study)
@@ -253,7 +267,7 @@ def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, k
             strategy.tell(study, trial, "crashed", failure={"kind": kind, "phase": "autotune", "line": "x", "message": ""})
             break
         strategy.tell(study, trial, "completed", objective=1000.0)
-    assert (strategy.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
+    assert (strategy.memory.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
 
 
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
@@ -267,7 +281,7 @@ def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
         strategy.tell(study, trial, "crashed", failure={"kind": "crash", "phase": "autotune", "line": "x", "message": ""})
     crashed = [t for t in study.trials if t.user_attrs.get("outcome") == "crashed"]
     assert any(t.params.get("--disable-cuda-graph") for t in crashed)
-    assert strategy.known_crashes(study) == {}
+    assert strategy.memory.known_crashes(study) == {}
 
 
 def test_bench_flag_composer_matches_render_and_parse() -> None:
@@ -545,7 +559,7 @@ def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
     strategy.tell(study, lost, "infrastructure", failure={"kind": "worker_lost", "phase": "starting", "line": "",
                                                           "message": ""})
     strategy.tell(study, baseline, "completed", objective=900.0)
-    assert strategy._skip_reason(study, config) == f"same config as waiting trial {lost.number + 1}"
+    assert strategy.memory.reason(study, config) == f"same config as waiting trial {lost.number + 1}"
     assert not strategy._enqueue(study, [config], {"strategy": "sweep"})
     asked = [strategy.ask(study)[1] for _ in range(3)]
     assert asked[0] == config and config not in asked[1:]
