@@ -50,7 +50,8 @@ problem; the strategy adds what we know:
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
 The history lives entirely in the study (user attributes, `search.storage.Attr`), so a resumed
-study continues the plan.
+study continues the plan. The ladder rules are `search.pruner.LadderPruner`, the crash and repeat
+memory `search.memory.Memory`, and every number here a field of `search.settings.Settings`.
 """
 
 from __future__ import annotations
