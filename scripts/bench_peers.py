@@ -21,6 +21,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search.storage import set_constraints
 from search.strategy import SpaceLike, Strategy, discover
 
 
@@ -35,7 +36,7 @@ class Peer(Strategy):
             super().tell(study, trial, outcome, **kw)
             return
         trial.set_user_attr("outcome", outcome)
-        self._set_constraints(trial, crashed=True)
+        set_constraints(trial, crashed=True)
         study.tell(trial, 0.0)
 
 

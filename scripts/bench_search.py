@@ -14,6 +14,10 @@ The optimum is found by enumerating the space on a fine grid. Reported per sampl
 over seeds: trials (that started a server) and GPU hours until the study's best config (chosen by
 measured value, judged by its true value) reaches 95% / 99% of the optimum, and the best found
 within N trials.
+
+``--settings KEY=VALUE`` (repeatable) runs ours on `search.settings.Settings` with those fields
+changed, e.g. ``--settings noise_margin=0.06 --settings screen=false``: a variant of the strategy
+measured without editing it (the peers are unguided and read none of it).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from bench_peers import PEERS, make_peer  # noqa: E402
 from bench_runner import LandscapeRunner  # noqa: E402
 
+from search.errors import BadInput  # noqa: E402
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
+from search.settings import DEFAULT, Settings  # noqa: E402
 from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
 from search.study import Listener, StudyRun  # noqa: E402
 
@@ -344,10 +350,10 @@ def optimum(sim: Simulator, jobs: int = 1) -> tuple[float, dict[str, Any]]:
     return value, config
 
 
-def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
-    """"ours" is the product's strategy; the others are peers (bench_peers.py), unguided."""
+def make_strategy(kind: str, space: SpaceLike, seed: int, settings: Settings = DEFAULT) -> Strategy:
+    """"ours" is the product's strategy on ``settings``; the others are peers (bench_peers.py), unguided."""
     if kind == "ours":
-        return Strategy(space, "tpe", seed=seed)
+        return Strategy(space, "tpe", seed=seed, settings=settings)
     if kind == "grid":
         return Strategy(space, kind, seed=seed, guided=False)
     if kind in PEERS:
@@ -355,7 +361,8 @@ def make_strategy(kind: str, space: SpaceLike, seed: int) -> Strategy:
     raise SystemExit(f"error: unknown sampler {kind!r}: one of {', '.join(SAMPLER_KINDS)}")
 
 
-def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float) -> list[dict[str, Any]]:
+def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
+              settings: Settings = DEFAULT) -> list[dict[str, Any]]:
     """One study of n_trials server starts, driven by the product's `StudyRun` on a `LandscapeRunner`.
 
     Per trial, as it ends: the true value of the study's winner so far (by the product's own
@@ -375,7 +382,7 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float)
 
     with tempfile.TemporaryDirectory() as tmp:
         space = sim.problem.space
-        searcher = None if kind == "ours" else make_strategy(kind, space, seed)
+        searcher = make_strategy(kind, space, seed, settings)
         run = StudyRun(space=space, name=f"bench-{kind}-{seed}-{uuid.uuid4().hex[:8]}",
                        storage="sqlite:///:memory:", seed=seed, n_trials=n_trials, remeasure=0,
                        trials_dir=Path(tmp) / "trials", listener=Listener(trial_done=trial_done),
@@ -414,14 +421,15 @@ def summarize(curves: list[list[dict[str, Any]]], best: float) -> dict[str, Any]
     return out
 
 
-def _run_task(task: tuple[str, int, int, float]) -> list[dict[str, Any]]:
-    kind, seed, trials, noise = task
+def _run_task(task: tuple[str, int, int, float, Settings]) -> list[dict[str, Any]]:
+    kind, seed, trials, noise, settings = task
     assert _SIM is not None
-    return run_study(_SIM, kind, seed, trials, noise)
+    return run_study(_SIM, kind, seed, trials, noise, settings)
 
 
 def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: float | None = None,
-          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1, cache_key: bytes | None = None) -> dict[str, Any]:
+          samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1, cache_key: bytes | None = None,
+          settings: Settings = DEFAULT) -> dict[str, Any]:
     """The whole benchmark for one space and landscape, as a JSON-ready dict.
 
     ``noise`` defaults to the landscape's own (a generated one draws it) or 2.5%. With
@@ -434,14 +442,16 @@ def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: f
     _SIM = sim
     if best <= 0:
         raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
-    tasks = [(kind, seed, trials, noise) for kind in samplers for seed in range(seeds)]
+    tasks = [(kind, seed, trials, noise, settings) for kind in samplers for seed in range(seeds)]
     if jobs > 1:  # forked workers inherit the simulator
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             curves = pool.map(_run_task, tasks)
     else:
         curves = [_run_task(task) for task in tasks]
     results = {kind: summarize([c for (k, *_), c in zip(tasks, curves, strict=True) if k == kind], best) for kind in samplers}
+    varied = {f: v for f, v in vars(settings).items() if v != getattr(DEFAULT, f)}
     return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
+            "settings": varied,
             "optimum": {"value": round(best, 1), "config": best_config},
             "samplers": results, **against_peers(results)}
 
@@ -511,11 +521,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="relative std of a measurement (default: the landscape's own, else 0.025)")
     parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
     parser.add_argument("--jobs", type=int, default=1, help="studies run in parallel processes")
+    parser.add_argument("--settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a field of search.settings.Settings for ours (repeatable)")
     parser.add_argument("--json", action="store_true", help="print JSON (one object a landscape, a line each with --generated)")
     args = parser.parse_args(argv)
+    try:
+        settings = DEFAULT.varied(args.settings)
+    except BadInput as exc:
+        parser.exit(2, f"error: {exc}\n")
     problem = load_problem(args.space)
     kw = {"trials": args.trials, "seeds": args.seeds, "noise": args.noise,
-          "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs}
+          "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs, "settings": settings}
     if args.landscape:
         landscapes = [(load_landscape(args.landscape), args.landscape.read_bytes())]
     else:

@@ -9,10 +9,10 @@ Feasible trials (completed, a throughput, every constraint met) come first:
   a config measured three times;
 - then the others by a Gaussian-process estimate (`search.surrogate`) that pools the
   measurements of similar configs, not by the single luckiest measurement. Once enough trials
-  are there it is fitted on those within RANK_BAND of the best measured only, since a
+  are there it is fitted on those within ``rank_band`` (`search.settings.Settings`) of the best measured only, since a
   stationary kernel fitted to all of them spends itself on the big far-off differences (a small
   cap at 70%) and reads the few-percent effects that decide the top as noise. The trials measured
-  within RANK_GUARD of the best come first whatever the estimate says of the others: a fit whose
+  within ``rank_guard`` of the best come first whatever the estimate says of the others: a fit whose
   length scales collapsed on a sharp optimum can rank a config measured far below first. Trials
   outside the band follow by measured value. ``pooled=False`` ranks by measured value alone, as
   Optuna's ``best_trial`` does (the plain sampler the benchmark compares with).
@@ -34,18 +34,10 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
 from search.distributions import discover
+from search.settings import DEFAULT, Settings
 from search.space import Space, parse_space
 from search.storage import Outcome, TrialView
 from search.surrogate import posterior_means
-
-# The model is fitted on the feasible trials within this fraction of the best measured,
-RANK_BAND = 0.15
-# once it holds this many (fewer: its own length scales and noise would be guesses, so the
-# ranking fits every feasible trial).
-BAND_MIN_POINTS = 8
-# The first of the ranking is a trial measured within this fraction of the best (over twice the
-# few-percent noise of one measurement).
-RANK_GUARD = 0.06
 
 
 @functools.lru_cache(maxsize=16)
@@ -54,10 +46,10 @@ def _distributions(space_json: str) -> Mapping[str, BaseDistribution]:
     return MappingProxyType(discover(parse_space(json.loads(space_json))))
 
 
-def band(trials: Sequence[TrialView]) -> list[TrialView]:
-    """The trials measured within RANK_BAND of the best of ``trials`` (feasible ones)."""
+def band(trials: Sequence[TrialView], within: float) -> list[TrialView]:
+    """The trials measured within ``within`` (a fraction) of the best of ``trials`` (feasible ones)."""
     best = max((_value(t) for t in trials), default=0.0)
-    return [t for t in trials if _value(t) >= best * (1.0 - RANK_BAND)]
+    return [t for t in trials if _value(t) >= best * (1.0 - within)]
 
 
 def _value(t: TrialView) -> float:
@@ -93,6 +85,8 @@ class Ranking:
 
     dists: Mapping[str, BaseDistribution]
     pooled: bool = True
+    # The band the model is fitted on (a few samples fewer: every feasible trial) and the guard.
+    settings: Settings = DEFAULT
 
     @classmethod
     def of(cls, space: Space) -> Ranking:
@@ -100,12 +94,12 @@ class Ranking:
         return cls(_distributions(space.model_dump_json()))
 
     def estimates(self, feasible: Sequence[TrialView]) -> dict[int, tuple[bool, float]]:
-        """Per feasible trial: (measured within RANK_GUARD of the best, the model's estimate or its value)."""
+        """Per feasible trial: (measured within ``rank_guard`` of the best, the model's estimate or its value)."""
         estimate = {t.number: (False, _value(t)) for t in feasible}
         if self.pooled and feasible:
-            near = max(_value(t) for t in feasible) * (1.0 - RANK_GUARD)
-            inside = band(feasible)
-            fitted = inside if len(inside) >= BAND_MIN_POINTS else list(feasible)
+            near = max(_value(t) for t in feasible) * (1.0 - self.settings.rank_guard)
+            inside = band(feasible, self.settings.rank_band)
+            fitted = inside if len(inside) >= self.settings.band_min_points else list(feasible)
             pooled = posterior_means(self.dists, [t.params for t in fitted], [_value(t) for t in fitted])
             estimate.update({t.number: (_value(t) >= near, float(p)) for t, p in zip(fitted, pooled, strict=True)})
         return estimate

@@ -139,6 +139,13 @@ def meets_constraints(trial: FrozenTrial) -> bool:
     return not any(v > 0 for v in (trial.constraints or {}).values())
 
 
+def set_constraints(trial: optuna.Trial, *, crashed: bool = False, slo_ok: bool = True, answers_differ: bool = False) -> None:
+    """Set every constraint on a trial being told (> 0: it cannot win)."""
+    trial.set_constraint(Constraint.CRASHED, 1.0 if crashed else 0.0)
+    trial.set_constraint(Constraint.SLO, 0.0 if slo_ok else 1.0)
+    trial.set_constraint(Constraint.CORRECTNESS, 1.0 if answers_differ else 0.0)
+
+
 @dataclass(frozen=True)
 class TrialView:
     """One trial as the views read it: the FrozenTrial with its user attributes typed.

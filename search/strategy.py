@@ -43,14 +43,15 @@ problem; the strategy adds what we know:
   it); a choice that crashed alone in the sweep from a working config is not started again
   unless it was out of memory (a threshold that moves with other flags); an exact repeat of a
   measured, running or waiting config is not started again (noise is handled by the end-of-study
-  re-measurement instead), unless the sampler proposed nothing else MAX_SKIPS times in a row;
+  re-measurement instead), unless the sampler proposed nothing else ``max_skips`` times in a row;
 - the best configs are ranked by `search.ranking` (the ranking every view uses): a
   Gaussian-process estimate that pools the measurements of similar configs, not the single
   luckiest measurement;
 - an infrastructure fault is FAIL and the same parameters are enqueued again.
 
 The history lives entirely in the study (user attributes, `search.storage.Attr`), so a resumed
-study continues the plan.
+study continues the plan. The ladder rules are `search.pruner.LadderPruner`, the crash and repeat
+memory `search.memory.Memory`, and every number here a field of `search.settings.Settings`.
 """
 
 from __future__ import annotations
@@ -75,48 +76,20 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
-from search.optuna_internals import enqueued_params
-from search.ranking import BAND_MIN_POINTS, Ranking, band, same_config
-from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, views
+from search.memory import Memory, crashed_choice, failure_kind, finished, working
+from search.pruner import LadderPruner
+from search.ranking import Ranking, band, same_config
+from search.settings import DEFAULT, Settings
+from search.storage import Attr, Constraint, Outcome, Plan, TrialView, meets_constraints, set_constraints, views
 from search.surrogate import fit
 
 SAMPLERS: tuple[str, ...] = ("tpe", "gp", "random", "grid")
 
-# A level below this fraction of the best completed trial's value at that level is pruned.
-PRUNE_RATIO = 0.6
-# Completed trials needed at a level before the relative rule prunes at it.
-PRUNE_MIN_COMPLETED = 2
-# Points per numeric parameter in the sweep and the grid sampler.
-NUMERIC_POINTS = 3
-# Proposals the sampler may make per `ask` before a repeat or known crash is run anyway.
-MAX_SKIPS = 30
-
-# Sweep passes: the first tries every choice and a coarse grid; later ones try numeric neighbours
-# of the incumbent at half the previous distance (a pattern search), catching interactions.
-SWEEP_PASSES = 2
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
-# whose screen moved throughput beyond NOISE_MARGIN (or crashed) get their other values swept.
+# whose screen moved throughput beyond the noise margin (or crashed) get their other values swept.
 SCREEN_PASS = -1
-SCREEN = True  # False: sweep every parameter in the space's order (the benchmark's ablation)
 # SGLang's cap on the running batch: a ladder level runs min(concurrency, cap) requests at once.
 CAP = "--max-running-requests"
-# A change moves the sweep's centre only if it beats it by more than this (measurements vary ~2-3%).
-NOISE_MARGIN = 0.04
-# Repairs tried per move that crashed, and grid steps per advised parameter.
-MAX_PARTNERS = 4
-REPAIR_STEPS = 2
-# A one-flag change that beat its centre by this much is tried again once the centre has moved.
-REVISIT_MARGIN = 0.02
-# A sweep skips a value within this fraction of the range of the centre's (the centre measured it) ...
-CLOSE = 1 / 8
-# ... and one that lost to an earlier centre by more than this as its only change.
-LOST_MARGIN = 0.2
-# A cap read off the ladder this close (fraction of the range) to a cap already run is not tried.
-READ_CLOSE = CLOSE / 4
-# The model's proposal: the best of this many changes of the top 3 configs, each moving one or two
-# numeric parameters by a normal step of MODEL_STEP of the range (log scale if log).
-MODEL_CANDIDATES = 256
-MODEL_STEP = 0.1
 
 
 # The plan's notes a retried trial keeps, so the plan reads the retry as the move it repeats.
@@ -136,7 +109,7 @@ def _snap(dist: IntDistribution | FloatDistribution, x: float) -> Any:
     return int(round(x)) if isinstance(dist, IntDistribution) else float(round(x, 6))
 
 
-def grid_values(dist: BaseDistribution, points: int = NUMERIC_POINTS) -> list[Any]:
+def grid_values(dist: BaseDistribution, points: int) -> list[Any]:
     """Representative values of one parameter: all choices, or `points` spread over the range."""
     if isinstance(dist, CategoricalDistribution):
         return list(dist.choices)
@@ -200,12 +173,13 @@ def screen_values(dist: BaseDistribution, value: Any) -> list[Any]:
     return [far] if far != value else []
 
 
-def grid_space(space: SpaceLike, points: int = NUMERIC_POINTS) -> dict[str, list[Any]]:
+def grid_space(space: SpaceLike, points: int) -> dict[str, list[Any]]:
     """The search space as a grid (for `GridSampler` and for enumerating a landscape's optimum)."""
     return {name: grid_values(dist, points) for name, dist in discover(space).items()}
 
 
-def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, space: SpaceLike, seed: int | None = None,
+                 settings: Settings = DEFAULT) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for `--sampler NAME`.
 
     "tpe" is set up for mixed, conditional spaces: multivariate, grouped (conditional parameters
@@ -214,15 +188,15 @@ def make_sampler(name: str, space: SpaceLike, seed: int | None = None) -> optuna
     """
     if name == "tpe":
         return optuna.samplers.TPESampler(
-            multivariate=True, group=True, constant_liar=True, n_startup_trials=5,
+            multivariate=True, group=True, constant_liar=True, n_startup_trials=settings.startup_trials,
             seed=seed,
         )
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=5, warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.startup_trials, warn_independent_sampling=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":
-        return optuna.samplers.GridSampler(grid_space(space), seed=seed)
+        return optuna.samplers.GridSampler(grid_space(space, settings.numeric_points), seed=seed)
     raise BadInput(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
 
 
@@ -232,19 +206,10 @@ def _unordered(dist: BaseDistribution) -> bool:
         c is None or isinstance(c, (int, float)) for c in dist.choices)
 
 
-def _crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
-    """The parameter whose value in ``config`` is among its known ``crashes``, if any."""
-    return next((n for n, values in crashes.items() if n in config and config[n] in values), None)
-
-
 def _failure_text(trial: FrozenTrial) -> str:
     """The deciding line and SGLang's advice lines after it (one clause per line)."""
     failure = trial.user_attrs.get(Attr.FAILURE) or {}
     return "\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])])
-
-
-def _failure_kind(trial: FrozenTrial) -> str | None:
-    return (trial.user_attrs.get(Attr.FAILURE) or {}).get("kind")
 
 
 def named_in(text: str, dists: Mapping[str, BaseDistribution]) -> list[str]:
@@ -296,7 +261,7 @@ def advice(text: str, dists: Mapping[str, BaseDistribution]) -> dict[str, tuple[
     return out
 
 
-def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: int = 5) -> Any | None:
+def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: int = DEFAULT.repair_points) -> Any | None:
     """The value a hint moves ``value`` to: the next grid value below / above it, the value it
     sets, or the screen's most different value; None when there is none.
 
@@ -320,12 +285,11 @@ def toward(dist: BaseDistribution, value: Any, hint: tuple[str, Any], points: in
     return (side[-1] if how == "down" else side[0]) if side else None
 
 
-def _close(dist: BaseDistribution, a: Any, b: Any, within: float | None = None) -> bool:
-    """Whether two values of a numeric parameter lie within ``within`` (default CLOSE) of its range
-    (log scale if log)."""
+def _close(dist: BaseDistribution, a: Any, b: Any, within: float) -> bool:
+    """Whether two values of a numeric parameter lie within ``within`` of its range (log scale if log)."""
     assert isinstance(dist, (IntDistribution, FloatDistribution))
     to = _scale(dist)
-    return abs(to(a) - to(b)) <= (CLOSE if within is None else within) * (to(dist.high) - to(dist.low))
+    return abs(to(a) - to(b)) <= within * (to(dist.high) - to(dist.low))
 
 
 def _cap(params: Mapping[str, Any]) -> float | None:
@@ -347,14 +311,14 @@ def running_points(trials: Iterable[FrozenTrial]) -> list[tuple[float, float]]:
     return sorted((r, sum(v) / len(v)) for r, v in seen.items())
 
 
-def running_peak(points: Sequence[tuple[float, float]]) -> float | None:
+def running_peak(points: Sequence[tuple[float, float]], noise: float = DEFAULT.noise_margin) -> float | None:
     """The running batch where throughput peaks, when the peak lies inside ``points`` and the curve
-    falls beyond it by more than noise: the vertex of a parabola through it and its neighbours (in
+    falls beyond it by more than ``noise``: the vertex of a parabola through it and its neighbours (in
     log batch size), kept between them. None otherwise."""
     if len(points) < 3:
         return None
     i = max(range(len(points)), key=lambda j: points[j][1])
-    if i in (0, len(points) - 1) or points[i][1] < points[i + 1][1] * (1.0 + NOISE_MARGIN):
+    if i in (0, len(points) - 1) or points[i][1] < points[i + 1][1] * (1.0 + noise):
         return None
     (x0, y0), (x1, y1), (x2, y2) = ((math.log(r), v) for r, v in points[i - 1:i + 2])
     den = (x0 - x1) * (x0 - x2) * (x1 - x2)  # the parabola through three unequally spaced points
@@ -413,7 +377,11 @@ class Strategy:
         strategy.tell(study, trial, outcome, objective=..., slo_ok=..., answers_differ=...)
 
     ``guided=False`` gives the plain sampler (no warm start, sweep, pruning or skipping): the
-    benchmark's reference for what the guidance is worth.
+    benchmark's reference for what the guidance is worth. The parts can also be varied alone:
+    ``settings`` (`search.settings.Settings`) holds every number, ``pruner`` is the ladder rules
+    (`search.pruner.LadderPruner`; ``pruning=False`` leaves them out), ``memory`` the filter
+    around the sampler that tells known crashes and repeats without running them
+    (`search.memory.Memory`; ``memory=False`` leaves it out).
     """
 
     def __init__(
@@ -423,15 +391,23 @@ class Strategy:
         *,
         seed: int | None = None,
         guided: bool = True,
+        pruning: bool = True,
+        memory: bool = True,
+        settings: Settings = DEFAULT,
     ) -> None:
         if space.baseline is None:
             raise BadInput("the strategy starts from a baseline: give the space a `baseline:` or pass --start-from")
         self.space = space
         self.baseline = dict(space.baseline)
-        self.sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
+        self.settings = settings
+        self.sampler = make_sampler(sampler, space, seed, settings) if isinstance(sampler, str) else sampler
         self.guided = guided
         self._dists = discover(space)
-        self.ranking = Ranking(self._dists, pooled=guided)
+        self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
+        # The ladder rules; None (unguided, or ``pruning=False`` to ablate them alone) runs every level.
+        self.pruner = LadderPruner(space.targets, settings) if guided and pruning else None
+        # Known crashes and repeats told without running; None (unguided, ``memory=False``) runs every proposal.
+        self.memory = Memory(self._dists, settings) if guided and memory else None
 
     # -- warm start --------------------------------------------------------------------------
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -450,104 +426,54 @@ class Strategy:
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any]]:
         """The next trial to run and its config; repeats and known crashes are told, not run.
 
-        After MAX_SKIPS of them in a row (a small space run through, or a sampler that has
+        After ``max_skips`` of them in a row (a small space run through, or a sampler that has
         converged) the next proposal runs as it is: a repeat measures noise, and the study goes on.
         """
         if self.guided:
             self._plan(study)
-        for skips in range(MAX_SKIPS + 1):
+        if self.memory is not None:
+            trial, config = self.memory.ask(study, self.space.suggest)
+        else:
             trial = study.ask()
             config = self.space.suggest(trial)
-            if not self.guided or skips == MAX_SKIPS or trial.user_attrs.get(Attr.PLAN) in (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER):
-                break
-            reason = self._skip_reason(study, config, asking=trial.number)
-            if reason is None:
-                break
-            self._tell_skipped(study, trial, config, reason)
         if Attr.PLAN not in trial.user_attrs:
             trial.set_user_attr(Attr.PLAN, Plan.SAMPLER)
         return trial, config
-
-    def _finished(self, study: optuna.Study) -> list[FrozenTrial]:
-        return [
-            t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            if Attr.SKIPPED not in t.user_attrs
-        ]
 
     def incumbent(self, study: optuna.Study) -> TrialView | None:
         """The best completed trial meeting every constraint: the first one `top` ranks."""
         best = self.top(study, 1)
         return best[0] if best else None
 
-    def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
-        """Choices that crashed when the sweep changed only that parameter of a working config.
+    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any]) -> str | None:
+        """Why the memory would tell ``config`` without running it (None without a memory)."""
+        return None if self.memory is None else self.memory.reason(study, config)
 
-        A move from a crashing centre says nothing of its value (the centre's own fault crashed
-        it: a baseline whose backend fails would otherwise make graphs-off a known crash). Numeric
-        values and out-of-memory crashes are left out: those are thresholds that move with other
-        flags (a larger graph batch fits with a smaller memory fraction), as is a value that has run
-        in any config.
-        """
-        found: dict[str, list[Any]] = {}
-        ran = [t.params for t in self._working(study)]
-        for t in self._finished(study):
-            name = t.user_attrs.get(Attr.SWEEP_PARAM)
-            categorical = name is not None and isinstance(self._dists.get(name), CategoricalDistribution)
-            if (categorical and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and t.constraints.get(Constraint.CRASHED, 0) > 0
-                    and name in t.params and _failure_kind(t) != "oom" and not any(p.get(name, t) == t.params[name] for p in ran)):
-                found.setdefault(name, []).append(t.params[name])
-        return found
-
-    def _skip_reason(self, study: optuna.Study, config: Mapping[str, Any], asking: int | None = None) -> str | None:
-        """Why ``config`` should not run: a known crash, or the config of a finished, running or
-        waiting trial (parallel asks see each other's configs only through this: GPSampler has no
-        constant liar; a retry waits with the config of a lost trial, which a planned move may
-        repeat). ``asking`` is the trial being asked, itself running."""
-        name = _crashed_choice(config, self.known_crashes(study))
-        if name is not None:
-            return f"{name}={config[name]!r} crashed when the sweep tried it alone"
-        for t in self._finished(study):
-            if same_config(t.params, config):
-                return f"same config as trial {t.number}"
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            if t.number != asking and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config):
-                return f"same config as {t.state.name.lower()} trial {t.number}"
-        return None
-
-    def _tell_skipped(self, study: optuna.Study, trial: optuna.Trial, config: Mapping[str, Any], reason: str) -> None:
-        """A known crash is told PRUNED + crashed so TPE keeps learning; a repeat FAIL (ignored)."""
-        trial.set_user_attr(Attr.SKIPPED, reason)
-        crash = "crashed" in reason
-        self._set_constraints(trial, crashed=crash)
-        trial.set_user_attr(Attr.OUTCOME, Outcome.CRASHED if crash else Outcome.PRUNED)
-        study.tell(trial, state=TrialState.PRUNED if crash else TrialState.FAIL)
-
-    def _working(self, study: optuna.Study) -> list[FrozenTrial]:
-        """Finished trials whose server started (completed, or pruned on the ladder)."""
-        return [t for t in self._finished(study) if t.constraints.get(Constraint.CRASHED, 0) <= 0]
+    def _known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
+        return {} if self.memory is None else self.memory.known_crashes(study)
 
     def _centre(self, study: optuna.Study) -> tuple[dict[str, Any], bool]:
         """The config the next moves vary, and whether it is known to work.
 
         The best working trial: a feasible completed one if any, else the one that reached the
         highest level value (pruned below the space's targets still beats not starting). Among
-        those within NOISE_MARGIN of the best, the one with the fewest changes from the baseline
+        those within the noise margin of the best, the one with the fewest changes from the baseline
         wins, so a change that only won by noise does not ride along (and block later moves). With
         nothing working yet, the baseline: the sweep then looks for the change that fixes its crash.
         Capped trials (a cap below the ladder's top) are centres only while no other works: the
         cap hides what other flags do to the running-batch curve (more KV memory moves its peak),
         and each centre gets its own cap read off its ladder (`_plan_cap`).
         """
-        working = self._working(study)
-        working = [t for t in working if not self._capped(t)] or working
-        feasible = [t for t in working
+        started = working(study)
+        started = [t for t in started if not self._capped(t)] or started
+        feasible = [t for t in started
                     if t.state == TrialState.COMPLETE and meets_constraints(t) and t.value is not None]
         scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
-            (t, max(t.intermediate_values.values())) for t in working if t.intermediate_values]
+            (t, max(t.intermediate_values.values())) for t in started if t.intermediate_values]
         if not scored:
             return dict(self.baseline), False
         top = max(v for _, v in scored)
-        near = [t for t, v in scored if v >= top * (1.0 - NOISE_MARGIN)]
+        near = [t for t, v in scored if v >= top * (1.0 - self.settings.noise_margin)]
         base = self.baseline
         best = min(near, key=lambda t: (sum(t.params.get(k) != v for k, v in base.items())
                                          + sum(k not in base for k in t.params), t.number))
@@ -557,7 +483,7 @@ class Strategy:
         """Parameters the baseline's failure advises changing: SGLang often says which flag to change
         ("set --mem-fraction-static to a smaller value", "disable CUDA graph by --disable-cuda-graph"),
         and where it does not, its usual advice for that kind of failure names them."""
-        for t in self._finished(study):
+        for t in finished(study):
             if t.constraints.get(Constraint.CRASHED, 0) > 0 and same_config(t.params, self.baseline):
                 return list(self._hints(t))
         return []
@@ -573,7 +499,7 @@ class Strategy:
 
     def _enqueue(self, study: optuna.Study, configs: Sequence[Mapping[str, Any]], attrs: Mapping[Attr, Any]) -> bool:
         """Enqueue the configs not already run (nor known to crash, unless a partner move); True if any was."""
-        tried = [t.params for t in self._finished(study)]
+        tried = [t.params for t in finished(study)]
         fresh: list[dict[str, Any]] = []
         for c in map(self._active, configs):
             if any(same_config(c, p) for p in [*tried, *fresh]):
@@ -608,22 +534,24 @@ class Strategy:
         if not working:
             # Every fix the failure line suggests at once: the centre then moves to the best of them.
             named = self._named_by_crash(study)
-            variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n]) if v != centre.get(n)]
+            variants = [{**centre, n: v} for n in named for v in grid_values(self._dists[n], self.settings.numeric_points)
+                        if v != centre.get(n)]
             if self._enqueue(study, variants, {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
                                                Attr.SWEEP_FROM_WORKING: False}):
                 return
         if working and (self._plan_repairs(study, centre) or self._plan_revisit(study, centre)
                         or self._plan_cap(study, centre)):
             return
-        if SCREEN and self._plan_screen(study, centre, working):
+        screen = self.settings.screen
+        if screen and self._plan_screen(study, centre, working):
             return
-        effects = self._effects(study) if SCREEN else {}
-        for sweep_pass in range(SWEEP_PASSES):
+        effects = self._effects(study) if screen else {}
+        for sweep_pass in range(self.settings.sweep_passes):
             swept = {t.user_attrs.get(Attr.SWEEP_PARAM) for t in trials
                      if t.user_attrs.get(Attr.SWEEP_PASS) == sweep_pass and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)}
             # Screened: the parameters that mattered, biggest effect first. Else the space file's
             # order: the user's sense of what matters most.
-            names = sorted(effects, key=lambda n: -effects[n]) if SCREEN else list(self._dists)
+            names = sorted(effects, key=lambda n: -effects[n]) if screen else list(self._dists)
             if sweep_pass == 1 and working and self._plan_cap(study, centre, fine=True):
                 return
             if self._sweep(study, centre, working, names, sweep_pass, swept):
@@ -632,7 +560,7 @@ class Strategy:
                                                 or self._plan_combine(study, centre)):
                 return
             # An unordered categorical's screen tried one choice of several: sweep the rest last.
-            unordered = [n for n, d in self._dists.items() if SCREEN and _unordered(d)]
+            unordered = [n for n, d in self._dists.items() if screen and _unordered(d)]
             if sweep_pass == 0 and working and self._sweep(study, centre, working, unordered, sweep_pass, swept):
                 return
         if working:
@@ -656,17 +584,17 @@ class Strategy:
         neighbours (later passes), less what earlier trials already tell.
 
         Each trial costs a server start, so every pass drops caps the centre's own ladder already
-        measured (`_cap_unread`), and pass 0 drops a grid value within CLOSE of the centre's (the
-        centre measured it) and one that lost by more than LOST_MARGIN as the only change from an
+        measured (`_cap_unread`), and pass 0 drops a grid value within ``close`` of the centre's (the
+        centre measured it) and one that lost by more than ``lost_margin`` as the only change from an
         earlier centre (a far bound that halved throughput will not win on the next).
         """
         dist = self._dists[name]
-        values = grid_values(dist) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
+        values = grid_values(dist, self.settings.numeric_points) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
         if name == CAP:
             values = self._cap_unread(study, centre, values)
         if sweep_pass == 0 and not isinstance(dist, CategoricalDistribution):
             lost = self._lost(study, name)
-            values = [v for v in values if v not in lost and not _close(dist, v, centre[name])]
+            values = [v for v in values if v not in lost and not _close(dist, v, centre[name], self.settings.close)]
         return [v for v in values if v != centre[name]]
 
     def _plan_combine(self, study: optuna.Study, centre: dict[str, Any]) -> bool:
@@ -677,7 +605,7 @@ class Strategy:
         backend on top of a larger graph batch). Only changes of a value the centre still has count.
         """
         best: dict[str, tuple[float, Any]] = {}
-        for t in self._working(study):
+        for t in working(study):
             name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
             if (name in centre and Attr.SWEEP_FROM in t.user_attrs and centre[name] == t.user_attrs[Attr.SWEEP_FROM]
                     and ref and score and score > ref and score / ref > best.get(name, (1.0, None))[0]):
@@ -687,7 +615,7 @@ class Strategy:
 
     def _centre_score(self, study: optuna.Study, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
-        return max((self._score(t) or 0.0 for t in self._working(study) if same_config(t.params, centre)), default=0.0)
+        return max((self._score(t) or 0.0 for t in working(study) if same_config(t.params, centre)), default=0.0)
 
     def _plan_inactive(self, study: optuna.Study, centre: dict[str, Any], swept: set[Any]) -> bool:
         """Sweep each parameter the centre leaves inactive from the best working config where it is active.
@@ -699,11 +627,11 @@ class Strategy:
         for name, dist in self._dists.items():
             if name in centre or name in swept:
                 continue
-            holders = [t for t in self._working(study) if name in t.params]
+            holders = [t for t in working(study) if name in t.params]
             if not holders:
                 continue
             best = max(holders, key=lambda t: self._score(t) or 0.0)
-            variants = [{**best.params, name: v} for v in grid_values(dist) if v != best.params[name]]
+            variants = [{**best.params, name: v} for v in grid_values(dist, self.settings.numeric_points) if v != best.params[name]]
             attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: 0, Attr.SWEEP_FROM_WORKING: True}
             if self._enqueue(study, variants, attrs):
                 return True
@@ -742,11 +670,11 @@ class Strategy:
         """Parameters whose screen mattered, by relative change from its centre (a crash, or a run
         from a crashing centre: infinite).
 
-        A change within NOISE_MARGIN is measurement noise: that parameter's other values are left
+        A change within the noise margin is measurement noise: that parameter's other values are left
         to the sampler, which has the screen in its history.
         """
         effects: dict[str, float] = {}
-        for t in self._finished(study):
+        for t in finished(study):
             if t.user_attrs.get(Attr.SWEEP_PASS) != SCREEN_PASS:
                 continue
             score, ref = self._score(t), float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0)
@@ -755,7 +683,7 @@ class Strategy:
             else:
                 effect = math.inf if score is None else abs(score - ref) / ref
             name = t.user_attrs[Attr.SWEEP_PARAM]
-            if effect > NOISE_MARGIN:
+            if effect > self.settings.noise_margin:
                 effects[name] = max(effect, effects.get(name, 0.0))
         return effects
 
@@ -763,7 +691,7 @@ class Strategy:
     def _hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
         """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
         found = advice(_failure_text(trial), self._dists)
-        kind = _failure_kind(trial)
+        kind = failure_kind(trial)
         if not found and kind in _ADVICE:
             found = advice(_ADVICE[kind], self._dists)
         return found
@@ -775,17 +703,17 @@ class Strategy:
         leaves no room: the failure says "set --mem-fraction-static to a smaller value", so the
         move is retried with that change (one trial per other parameter advised; a parameter the
         advice names alone means the fix is its own value, which the sweep tries). A repair that
-        crashed too moves its parameter one more grid step the same way, up to REPAIR_STEPS.
+        crashed too moves its parameter one more grid step the same way, up to ``repair_steps``.
         Done as soon as the crash is seen: the move may be the biggest win of the space.
         """
-        finished = self._finished(study)
-        for t in finished:
+        ran = finished(study)
+        for t in ran:
             name = t.user_attrs.get(Attr.SWEEP_PARAM)
             if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                     or name not in t.params or centre.get(name) == t.params[name]):
                 continue
             key = f"{name}={t.params[name]!r}"
-            repairs = [r for r in finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
+            repairs = [r for r in ran if r.user_attrs.get(Attr.PARTNER_OF) == key]
             if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in repairs):
                 continue  # a repair that kept the crashed value ran (graphs off would not count): done
             moves = []
@@ -793,12 +721,12 @@ class Strategy:
                 if q == name or q not in centre:
                     continue
                 tried = [r.params[q] for r in repairs if q in r.params and r.params[q] != centre[q]]
-                if len(tried) >= REPAIR_STEPS or (tried and hint[0] not in ("down", "up")):
+                if len(tried) >= self.settings.repair_steps or (tried and hint[0] not in ("down", "up")):
                     continue
-                value = toward(self._dists[q], tried[-1] if tried else centre[q], hint)
+                value = toward(self._dists[q], tried[-1] if tried else centre[q], hint, self.settings.repair_points)
                 if value is not None:
                     moves.append({**centre, name: t.params[name], q: value})
-            if self._enqueue(study, moves[:MAX_PARTNERS], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
+            if self._enqueue(study, moves[:self.settings.max_partners], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key}):
                 return True
         return False
 
@@ -812,11 +740,11 @@ class Strategy:
         """
         wins: list[tuple[float, str, Any]] = []
         lost: set[tuple[str, Any]] = set()
-        for t in self._finished(study):
+        for t in finished(study):
             name, ref, score = t.user_attrs.get(Attr.SWEEP_PARAM), t.user_attrs.get(Attr.CENTRE_SCORE), self._score(t)
             if name not in centre or Attr.SWEEP_FROM not in t.user_attrs:
                 continue
-            won = bool(ref and score and score > ref * (1.0 + REVISIT_MARGIN))
+            won = bool(ref and score and score > ref * (1.0 + self.settings.revisit_margin))
             if t.user_attrs.get(Attr.SWEEP_PASS) == "revisit" and not won:
                 lost.add((name, t.params.get(name)))
             elif won and centre[name] == t.user_attrs[Attr.SWEEP_FROM] and t.params.get(name, centre[name]) != centre[name]:
@@ -835,8 +763,8 @@ class Strategy:
         """Enqueue the Gaussian-process model's proposal, on every other trial once the plan is done.
 
         The model is fitted on the band of top trials (as `top` fits it); the proposal is the
-        candidate of highest expected improvement over the best estimate among MODEL_CANDIDATES
-        small changes of the three best configs: numeric parameters only (the sweep mapped the
+        candidate of highest expected improvement over the best estimate among ``model_candidates``
+        small changes of the ``model_tops`` best configs: numeric parameters only (the sweep mapped the
         choices), one or two at a time, not a config already measured or known to crash. The
         candidates are drawn with the number of finished trials as the seed, so a resumed study
         proposes what the interrupted one would have.
@@ -844,21 +772,21 @@ class Strategy:
         done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished() and Attr.SKIPPED not in t.user_attrs]
         if done and done[-1].user_attrs.get(Attr.PLAN) == Plan.MODEL:
             return False  # the sampler's turn: it keeps looking at the whole space
-        fitted = band(self._feasible(study))
-        if len(fitted) < BAND_MIN_POINTS:
+        fitted = band(self._feasible(study), self.settings.rank_band)
+        if len(fitted) < self.settings.band_min_points:
             return False
         model = fit(self._dists, [t.params for t in fitted], [t.value or 0.0 for t in fitted])
         if model is None:
             return False
         means = model.predict([t.params for t in fitted])[0]
-        tops = [fitted[i].params for i in np.argsort(-means)[:3]]
+        tops = [fitted[i].params for i in np.argsort(-means)[:self.settings.model_tops]]
         rng = np.random.default_rng(len(done))
-        tried = [t.params for t in self._finished(study)]
-        crashes = self.known_crashes(study)
+        tried = [t.params for t in finished(study)]
+        crashes = self._known_crashes(study)
         candidates: list[dict[str, Any]] = []
-        for i in range(MODEL_CANDIDATES):
+        for i in range(self.settings.model_candidates):
             c = self._active(self._perturb(tops[i % len(tops)], rng))
-            if not any(same_config(c, x) for x in [*tried, *candidates]) and _crashed_choice(c, crashes) is None:
+            if not any(same_config(c, x) for x in [*tried, *candidates]) and crashed_choice(c, crashes) is None:
                 candidates.append(c)
         if not candidates:
             return False
@@ -866,14 +794,14 @@ class Strategy:
         return self._enqueue(study, [candidates[int(np.argmax(gain))]], {Attr.PLAN: Plan.MODEL})
 
     def _perturb(self, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        """``config`` with one or two of its numeric parameters moved by a normal step of MODEL_STEP."""
+        """``config`` with one or two of its numeric parameters moved by a normal step of ``model_step``."""
         out = dict(config)
         numeric = [n for n in out if isinstance(self._dists.get(n), (IntDistribution, FloatDistribution))]
         for name in rng.choice(numeric, size=min(len(numeric), int(rng.integers(1, 3))), replace=False):
             dist = self._dists[name]
             assert isinstance(dist, (IntDistribution, FloatDistribution))
             to = _scale(dist)
-            step = rng.normal(0.0, MODEL_STEP) * (to(dist.high) - to(dist.low))
+            step = rng.normal(0.0, self.settings.model_step) * (to(dist.high) - to(dist.low))
             out[name] = _snap(dist, _unscale(dist)(to(out[name]) + step))
         return out
 
@@ -885,7 +813,7 @@ class Strategy:
         cap above it changes nothing. Left: caps below the lowest level, and only when the curve
         fell from its first level on (the peak may lie below it).
         """
-        runs = [t for t in self._working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
+        runs = [t for t in working(study) if t.state == TrialState.COMPLETE and same_config(t.params, centre)
                 and not self._capped(t) and len(t.user_attrs.get(Attr.LADDER) or []) >= 2]
         if not runs:
             return values
@@ -896,12 +824,12 @@ class Strategy:
 
     def _lost(self, study: optuna.Study, name: str) -> list[Any]:
         """Values of ``name`` that, as the only change from a working centre, lost to it by more
-        than LOST_MARGIN: far beyond noise, so not worth a sweep trial on a later centre."""
+        than ``lost_margin``: far beyond noise, so not worth a sweep trial on a later centre."""
         lost = []
-        for t in self._working(study):
+        for t in working(study):
             ref, score = float(t.user_attrs.get(Attr.CENTRE_SCORE) or 0.0), self._score(t)
             if (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
-                    and ref > 0 and score is not None and score < ref * (1.0 - LOST_MARGIN) and name in t.params):
+                    and ref > 0 and score is not None and score < ref * (1.0 - self.settings.lost_margin) and name in t.params):
                 lost.append(t.params[name])
         return lost
 
@@ -925,15 +853,15 @@ class Strategy:
         if dist is None or CAP not in centre:
             return False
         rest = {k: v for k, v in centre.items() if k != CAP}
-        slice_ = [t for t in self._finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
+        slice_ = [t for t in finished(study) if {k: v for k, v in t.params.items() if k != CAP} == rest]
         reads = [t.user_attrs.get(Attr.SWEEP_PASS) for t in slice_]
         if "kink" in reads or ("ladder" in reads) != fine:
             return False
         points = running_points(t for t in slice_ if t.constraints.get(Constraint.CRASHED, 0) <= 0)
-        peak = running_kink(points) if fine else running_peak(points)
+        peak = running_kink(points) if fine else running_peak(points, self.settings.noise_margin)
         value = None if peak is None else nearest(dist, peak)
         if value is None or any(t.params.get(CAP) == value or not isinstance(dist, CategoricalDistribution)
-                                and _close(dist, value, t.params[CAP], READ_CLOSE) for t in slice_ if CAP in t.params):
+                                and _close(dist, value, t.params[CAP], self.settings.read_close) for t in slice_ if CAP in t.params):
             return False  # it would only measure a cap of the slice again
         # No centre score or from-value: a read off the ladder is no one-flag win to revisit or combine.
         attrs = {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: CAP, Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True}
@@ -941,54 +869,16 @@ class Strategy:
 
     # -- pruning -----------------------------------------------------------------------------
     def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
-        """Report a ladder level (step = its index); False means prune the trial now.
-
-        Pruned when below the space's target at that concurrency, or below PRUNE_RATIO of the
-        best completed, feasible trial at the same step.
-        """
+        """Report a ladder level (step = its index); False means prune the trial now (`LadderPruner`
+        says why, kept as ``pruned_because``)."""
         trial.report(value, step)
         trial.set_user_attr(Attr.LADDER, [*trial.user_attrs.get(Attr.LADDER, [])[:step], concurrency])
-        if not self.guided:
-            return True
-        target = self.space.targets.get(concurrency)
-        if target is not None and value < target:
-            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s below the target {target:.0f} at {concurrency}")
-            return False
-        seen = [t.intermediate_values[step]
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if step in t.intermediate_values and meets_constraints(t)]
-        if len(seen) >= PRUNE_MIN_COMPLETED and value < PRUNE_RATIO * max(seen):
-            trial.set_user_attr(Attr.PRUNED_BECAUSE,
-                                f"{value:.0f} tok/s, under {PRUNE_RATIO:.0%} of the best {max(seen):.0f} at {concurrency}")
-            return False
-        reach = self._reach(study, step, value)
-        if reach is not None and reach[0] < reach[1]:
-            trial.set_user_attr(Attr.PRUNED_BECAUSE, f"{value:.0f} tok/s at {concurrency}: growing as fast as any "
-                                                  f"completed trial did, it would reach {reach[0]:.0f}, under the best {reach[1]:.0f}")
-            return False
-        return True
-
-    def _reach(self, study: optuna.Study, step: int, value: float) -> tuple[float, float] | None:
-        """(the most a trial at ``value`` after ``step`` can end with, the best objective so far).
-
-        The most: ``value`` times the largest growth from that step to the objective that any
-        completed trial showed, plus twice the noise margin (both measurements vary). None while
-        fewer than PRUNE_MIN_COMPLETED trials completed, and at the last step (nothing to save).
-        """
-        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if meets_constraints(t) and t.value and t.intermediate_values.get(step)]
-        if len(done) < PRUNE_MIN_COMPLETED or step >= max(len(t.intermediate_values) for t in done) - 1:
-            return None
-        growth = max(float(t.value) / t.intermediate_values[step] for t in done)  # type: ignore[arg-type]
-        return value * growth * (1.0 + 2 * NOISE_MARGIN), max(float(t.value) for t in done)  # type: ignore[arg-type]
+        reason = None if self.pruner is None else self.pruner.why(study, step, concurrency, value)
+        if reason is not None:
+            trial.set_user_attr(Attr.PRUNED_BECAUSE, reason)
+        return reason is None
 
     # -- telling -----------------------------------------------------------------------------
-    @staticmethod
-    def _set_constraints(trial: optuna.Trial, *, crashed: bool = False, slo_ok: bool = True, answers_differ: bool = False) -> None:
-        trial.set_constraint(Constraint.CRASHED, 1.0 if crashed else 0.0)
-        trial.set_constraint(Constraint.SLO, 0.0 if slo_ok else 1.0)
-        trial.set_constraint(Constraint.CORRECTNESS, 1.0 if answers_differ else 0.0)
-
     def tell(
         self,
         study: optuna.Study,
@@ -1015,7 +905,7 @@ class Strategy:
             study.tell(trial, state=TrialState.FAIL)
             study.enqueue_trial(dict(trial.params), user_attrs={**attrs, Attr.RETRY_OF: trial.number})
             return
-        self._set_constraints(trial, crashed=outcome == Outcome.CRASHED, slo_ok=slo_ok, answers_differ=answers_differ)
+        set_constraints(trial, crashed=outcome == Outcome.CRASHED, slo_ok=slo_ok, answers_differ=answers_differ)
         if outcome == Outcome.COMPLETED:
             if objective is None:
                 raise ValueError("a completed trial needs its objective")

@@ -199,9 +199,10 @@ class StudyRun:
 
     # -- setup ----------------------------------------------------------------------------
     def _open(self) -> optuna.Study:
-        """Create or load the study with the strategy's sampler: `--sampler` and `--seed` act through it."""
+        """Create or load the study with the strategy's sampler and pruner: `--sampler` and `--seed` act through it."""
         study = optuna.create_study(study_name=self.name, storage=self.storage, direction="maximize",
-                                    sampler=self.strategy.sampler, load_if_exists=True)
+                                    sampler=self.strategy.sampler, load_if_exists=True,
+                                    pruner=self.strategy.pruner or optuna.pruners.NopPruner())
         stored = study.user_attrs.get(StudyAttr.SPACE)
         mine = self.space.model_dump(mode="json")
         if stored is None:

@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.errors import BadInput
+from search.settings import DEFAULT, Settings
 from search.storage import Outcome
 from search.strategy import SAMPLERS, Strategy, make_sampler
 from tests.strategy.fixture import LADDER, FixtureSpace, to_flags
@@ -25,10 +26,10 @@ def _study(strategy: Strategy) -> optuna.Study:
     return optuna.create_study(direction="maximize", sampler=strategy.sampler)
 
 
-def _started() -> tuple[FixtureSpace, Strategy, optuna.Study]:
+def _started(settings: Settings = DEFAULT) -> tuple[FixtureSpace, Strategy, optuna.Study]:
     """A fresh study of the fixture space with its baseline enqueued."""
     space = FixtureSpace()
-    strategy = Strategy(space, seed=0)
+    strategy = Strategy(space, seed=0, settings=settings)
     study = _study(strategy)
     strategy.start(study)
     return space, strategy, study
@@ -87,6 +88,32 @@ def test_pruning_below_target_and_well_below_completed_trials() -> None:
     assert strategy.on_level(study, trial, 1, 256, 600.0) is False  # under 60% of 1100
     plain = Strategy(FixtureSpace(), "random", seed=0, guided=False)
     assert plain.on_level(study, study.ask(), 0, 64, 1.0) is True
+
+
+def test_the_ladder_rules_are_an_optuna_pruner() -> None:
+    """`LadderPruner` prunes through Optuna's own ``trial.should_prune()``, by the same rules."""
+    from search.pruner import LadderPruner
+    study = optuna.create_study(direction="maximize", pruner=LadderPruner(FixtureSpace().targets))
+    trial = study.ask()
+    trial.report(250.0, 0)
+    assert trial.should_prune() is False  # no concurrency recorded for the level: nothing to judge
+    trial.set_user_attr("level_concurrency", [64])
+    assert trial.should_prune() is True  # target at 64 is 300
+    assert Strategy(FixtureSpace(), seed=0, pruning=False).pruner is None
+
+
+def test_without_the_memory_a_repeat_runs() -> None:
+    """``memory=False`` ablates the filter alone: the same repeat the memory tells is asked and run."""
+    for memory, runs in ((True, False), (False, True)):
+        space = FixtureSpace()
+        strategy = Strategy(space, seed=0, memory=memory)
+        study = _study(strategy)
+        strategy.start(study)
+        baseline, config = strategy.ask(study)
+        strategy.tell(study, baseline, "completed", objective=900.0)
+        study.enqueue_trial(dict(config), user_attrs={"strategy": "sampler"})
+        trial, again = strategy.ask(study)
+        assert (again == config) is runs
 
 
 def test_sweep_varies_one_parameter_of_the_incumbent() -> None:
@@ -240,7 +267,7 @@ def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, k
             strategy.tell(study, trial, "crashed", failure={"kind": kind, "phase": "autotune", "line": "x", "message": ""})
             break
         strategy.tell(study, trial, "completed", objective=1000.0)
-    assert (strategy.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
+    assert (strategy.memory.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
 
 
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
@@ -254,7 +281,7 @@ def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
         strategy.tell(study, trial, "crashed", failure={"kind": "crash", "phase": "autotune", "line": "x", "message": ""})
     crashed = [t for t in study.trials if t.user_attrs.get("outcome") == "crashed"]
     assert any(t.params.get("--disable-cuda-graph") for t in crashed)
-    assert strategy.known_crashes(study) == {}
+    assert strategy.memory.known_crashes(study) == {}
 
 
 def test_bench_flag_composer_matches_render_and_parse() -> None:
@@ -508,11 +535,10 @@ def test_a_config_already_running_is_not_started_twice() -> None:
     assert other.number > skipped.number and study.trials[running.number].state == TrialState.RUNNING
 
 
-def test_a_run_of_repeats_ends_with_one_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sampler proposing only configs already run (a small space used up) is told MAX_SKIPS
+def test_a_run_of_repeats_ends_with_one_that_runs() -> None:
+    """A sampler proposing only configs already run (a small space used up) is told ``max_skips``
     repeats, then its next proposal runs: the ask never hands back a trial it already told."""
-    monkeypatch.setattr("search.strategy.MAX_SKIPS", 3)
-    space, strategy, study = _started()
+    space, strategy, study = _started(Settings(max_skips=3))
     baseline, config = strategy.ask(study)
     strategy.tell(study, baseline, "completed", objective=900.0)
     for _ in range(5):
@@ -533,7 +559,7 @@ def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
     strategy.tell(study, lost, "infrastructure", failure={"kind": "worker_lost", "phase": "starting", "line": "",
                                                           "message": ""})
     strategy.tell(study, baseline, "completed", objective=900.0)
-    assert strategy._skip_reason(study, config) == f"same config as waiting trial {lost.number + 1}"
+    assert strategy.memory.reason(study, config) == f"same config as waiting trial {lost.number + 1}"
     assert not strategy._enqueue(study, [config], {"strategy": "sweep"})
     asked = [strategy.ask(study)[1] for _ in range(3)]
     assert asked[0] == config and config not in asked[1:]
@@ -570,7 +596,7 @@ def test_the_sweep_skips_a_value_next_to_the_centres_and_one_that_lost_by_far() 
     tries only 0.95 of its grid, not 0.80 again nor 0.87, next to the centre's 0.88."""
     from search.strategy import grid_values
     space, strategy, study = _started()
-    assert grid_values(strategy._dists["--mem-fraction-static"]) == [0.80, 0.87, 0.95]
+    assert grid_values(strategy._dists["--mem-fraction-static"], DEFAULT.numeric_points) == [0.80, 0.87, 0.95]
 
     def level(config: dict, running: int) -> float:
         return (running * (2.0 if config["--max-running-requests"] >= 1024 else 1.0)
@@ -616,12 +642,10 @@ def test_the_final_centres_cap_is_read_again_where_its_curve_kinks() -> None:
     assert abs(reads[1][1] - 160) < abs(reads[0][1] - 160) and 150 <= reads[1][1] <= 175
 
 
-def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top() -> None:
     """Nine uncapped configs within a few percent of each other differ in NCCL channels and memory
     fraction; seven capped ones run at 30-85% of them. Fitted on all sixteen, the model spends its
     length scales on the cap and reorders the top; fitted on the band near the best, it does not."""
-    import search.ranking as ranking_module
-
     def run(n: int, mem: float, cap: int = 2048) -> dict:
         return {"--moe-runner-backend": "cutlass", "--max-running-requests": cap, "NCCL_MIN_NCHANNELS": n,
                 "--mem-fraction-static": mem}
@@ -631,16 +655,16 @@ def test_trials_far_below_the_best_do_not_move_the_ranking_of_the_top(monkeypatc
     far = [(run(n, .88, cap), v) for cap, n, v in [(100, 16, 1200), (200, 4, 1900), (300, 32, 2300), (400, 12, 2500),
                                                  (150, 8, 1500), (600, 20, 2600), (64, 16, 900)]]
 
-    def ranking(runs: list[tuple[dict, float]]) -> list[tuple[int, float]]:
+    def ranking(runs: list[tuple[dict, float]], settings: Settings = DEFAULT) -> list[tuple[int, float]]:
         space = FixtureSpace()
-        strategy = Strategy(space, seed=0)
+        strategy = Strategy(space, seed=0, settings=settings)
         study = _study(strategy)
         _completed(space, strategy, study, runs)
         return [(t.params["NCCL_MIN_NCHANNELS"], t.params["--mem-fraction-static"]) for t in strategy.top(study, 3)]
 
     assert ranking(top + far) == ranking(top)
-    monkeypatch.setattr(ranking_module, "RANK_BAND", 1.0)  # the band is every trial: the old ranking
-    assert ranking(top + far) != ranking(top)
+    every = Settings(rank_band=1.0)  # the band is every trial: the old ranking
+    assert ranking(top + far, every) != ranking(top, every)
 
 
 def test_expected_improvement_rewards_a_higher_mean_and_more_doubt() -> None:
@@ -659,8 +683,8 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     """Once the plan is done and enough trials are near the best, the model proposes every other
     trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
     takes the turns between."""
-    from search.ranking import BAND_MIN_POINTS, RANK_BAND
     space, strategy, study = _started()
+    settings = strategy.settings
     backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
 
     def level(config: dict, running: int) -> float:  # an interior NCCL optimum at 16, the cap saturating
@@ -673,7 +697,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     first = kinds.index("model")
     done = [study.trials[t.number] for t in asked[:first] if study.trials[t.number].state == TrialState.COMPLETE]
     best = max(t.value for t in done)
-    assert sum(t.value >= best * (1 - RANK_BAND) for t in done) >= BAND_MIN_POINTS
+    assert sum(t.value >= best * (1 - settings.rank_band) for t in done) >= settings.band_min_points
     numeric = {"--max-running-requests", "--cuda-graph-max-bs-decode", "--mem-fraction-static", "NCCL_MIN_NCHANNELS"}
     for t in asked:
         if t.user_attrs["strategy"] != "model":
@@ -687,7 +711,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
 
 def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
-    sharp optimum), the first of the ranking was measured within RANK_GUARD of the best."""
+    sharp optimum), the first of the ranking was measured within ``rank_guard`` of the best."""
     import search.ranking as ranking_module
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
