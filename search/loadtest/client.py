@@ -26,7 +26,6 @@ from typing import Any
 
 import aiohttp
 
-from search.errors import BadInput
 from search.loadtest.spec import LadderSpec
 from search.loadtest.workload import TOKEN_HI, TOKEN_LO, Request, dataset_requests, random_len, shared_prefix_requests
 
@@ -97,7 +96,7 @@ class Prompts:
         self.fixed: list[Request] = []
         self.next_fixed = 0
         if spec.dataset is not None:
-            self.fixed = dataset_requests(spec.dataset, spec.output_len, spec.seed)
+            self.fixed = dataset_requests(spec.dataset, spec.output_len, spec.seed, spec.api)
         elif spec.shared_prefix is not None:
             self.fixed = shared_prefix_requests(spec.shared_prefix, spec.output_len, spec.seed)
         if self.fixed:
@@ -144,9 +143,7 @@ class Prompts:
         """A prepared prompt in the API's shape: chat takes messages, /generate ids or text."""
         head: dict[str, Any]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-            if self.api != "chat":
-                raise BadInput("a dataset of chat messages needs --api chat")
-            head = {"messages": prompt}
+            head = {"messages": prompt}  # only under chat: dataset_requests refuses them otherwise
         elif self.api == "chat":
             text = prompt if isinstance(prompt, str) else " ".join(_WORDS[t % len(_WORDS)] for t in prompt if isinstance(t, int))
             head = {"messages": [{"role": "user", "content": text}]}

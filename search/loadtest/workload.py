@@ -105,8 +105,12 @@ def _dataset_entry(item: Any, where: str, default_output: int) -> Request | None
     return Request(prompt, max(1, len(prompt) // CHARS_PER_TOKEN), output or default_output)
 
 
-def dataset_requests(path: str, default_output: int, seed: int) -> list[Request]:
-    """The file's requests, shuffled by ``seed`` (bench_serving shuffles ShareGPT the same way)."""
+def dataset_requests(path: str, default_output: int, seed: int, api: str = "chat") -> list[Request]:
+    """The file's requests, shuffled by ``seed`` (bench_serving shuffles ShareGPT the same way).
+
+    Chat ``messages`` go only to the chat API: for another ``api`` such a file is refused here,
+    before anything is sent, rather than failing request by request.
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -122,5 +126,8 @@ def dataset_requests(path: str, default_output: int, seed: int) -> list[Request]
                 if (r := _dataset_entry(item, f"dataset {path}: entry {i + 1}", default_output))]
     if not requests:
         raise BadInput(f"dataset {path}: no usable request in it")
+    if api != "chat" and any(isinstance(r.prompt, list) and r.prompt and isinstance(r.prompt[0], dict)
+                             for r in requests):
+        raise BadInput(f"dataset {path}: it has chat messages, which only the chat API takes; use api chat")
     random.Random(seed).shuffle(requests)
     return requests
