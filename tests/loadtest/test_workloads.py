@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from search.cli import main
 from search.errors import BadInput
 from search.loadtest import LadderSpec, LevelResult, run_ladder
 from search.loadtest.client import Prompts
@@ -162,6 +163,22 @@ def test_goodput_counts_the_requests_that_meet_every_slo(tmp_path: Path) -> None
     assert lv.request_goodput == pytest.approx(10 / lv.duration)
     assert loose.slo_attainment == 0.0 and loose.request_goodput == 0.0
     assert _run_without_slos(tmp_path).request_goodput is None
+
+
+def test_search_bench_replays_a_dataset_at_a_rate_and_reports_goodput(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "log.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i} a b c", "output_len": 4}) + "\n" for i in range(10)))
+    with _recording(tmp_path) as (url, log):
+        try:
+            main(["bench", url, "--dataset", str(data), "--request-rate", "40", "--requests", "20",
+                  "--goodput", "ttft:5000", "--goodput", "e2el:10000", "--json"])
+        except SystemExit as exc:
+            assert exc.code in (0, None), capsys.readouterr().err
+    level = json.loads(capsys.readouterr().out)["levels"][0]
+    assert level["request_rate"] == 40.0 and level["completed"] == 20 and level["slo_attainment"] == 1.0
+    assert level["request_goodput"] == pytest.approx(level["request_throughput"])
+    assert level["total_output_tokens"] == 80 and len(_bodies(log)) == 20
 
 
 def _run_without_slos(tmp_path: Path) -> LevelResult:
