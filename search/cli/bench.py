@@ -144,4 +144,5 @@ def bench(
         # Piped output would be cut to 80 columns: give the table room instead.
         (out if out.is_terminal else Console(width=200)).print(_table(result))
     if result.aborted:
-        raise RunFailed(f"load test aborted at concurrency {result.aborted_at}: {result.aborted}")
+        where = f"rate {result.aborted_at:g} req/s" if spec.open_loop else f"concurrency {result.aborted_at:g}"
+        raise RunFailed(f"load test aborted at {where}: {result.aborted}")

@@ -49,7 +49,7 @@ class LadderResult:
     spec: LadderSpec
     levels: list[LevelResult] = field(default_factory=list)
     aborted: str | None = None  # why the ladder stopped early (server died, too many errors)
-    aborted_at: int | None = None  # the level that was running then
+    aborted_at: float | None = None  # the level that was running then: its concurrency, or its rate (open loop)
     pruned: bool = False  # on_level returned False
 
     def to_dict(self) -> dict[str, Any]:
@@ -261,7 +261,8 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
         try:
             model, context = await _model_card(session, url, spec)
         except aiohttp.ClientConnectorError:
-            result.aborted, result.aborted_at = f"server died: {_refused(url)}", spec.concurrency[0]
+            result.aborted = f"server died: {_refused(url)}"
+            result.aborted_at = spec.request_rates[0] if spec.open_loop else spec.concurrency[0]
             return result
         check_context(spec, context, url)
         pool: Workers | None = None
@@ -281,7 +282,7 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
                 try:
                     level = await _Level(source, url, spec, concurrency, should_abort).run()
                 except _Abort as exc:
-                    result.aborted, result.aborted_at = str(exc), concurrency
+                    result.aborted, result.aborted_at = str(exc), concurrency if rate is None else rate
                     return result
                 level.request_rate = rate
                 if spec.workers is not None or spec.open_loop or (level.client_cpu or 0.0) < CLIENT_BUSY or workers >= MAX_WORKERS:
