@@ -19,6 +19,10 @@ transformers==5.19.0``, the version sglang 0.5.23 pins). The last column is the 
 
 ``--duration`` adds our steady-state mode (what a trial runs) beside the two N-request figures:
 in the long regime (1,024-token answers at a few tok/s a stream) no request ends inside its window.
+
+``--request-rate 4,8 --requests 400 --goodput ttft:500 --goodput tpot:20 [--range-ratio 0.5]``
+compares open-loop levels instead: N requests at that rate (Poisson arrivals, no concurrency
+cap) with both clients' goodput for the same SLOs.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from pathlib import Path
 from bench_accuracy import emulator
 from bench_client import instant_server
 
-from search.loadtest import LadderSpec, parse_concurrency, parse_duration, run_ladder
+from search.loadtest import LadderSpec, parse_concurrency, parse_duration, parse_goodput, parse_rates, run_ladder
 
 _SHIM = (
     "import sys, types, runpy; "
@@ -65,14 +69,16 @@ def build_dataset(path: Path, conversations: int, seed: int = 0) -> None:
     path.write_text(json.dumps(rows))
 
 
-def bench_serving(url: str, work: Path, concurrency: int, requests: int, input_len: int, output_len: int) -> dict:
-    out = work / f"bench_serving_{concurrency}.jsonl"
+def bench_serving(url: str, work: Path, concurrency: int | None, requests: int, input_len: int, output_len: int,
+                  rate: float = float("inf"), range_ratio: float = 1.0, goodput: tuple[str, ...] = ()) -> dict:
+    out = work / f"bench_serving_{concurrency}_{rate}.jsonl"
     cmd = [sys.executable, "-c", _SHIM, "--backend", "sglang-oai", "--base-url", url, "--model", "m",
            "--tokenizer", str(work / "tokenizer"), "--dataset-name", "random",
            "--dataset-path", str(work / "sharegpt.json"), "--random-input-len", str(input_len),
-           "--random-output-len", str(output_len), "--random-range-ratio", "1.0", "--num-prompts", str(requests),
-           "--max-concurrency", str(concurrency), "--request-rate", "inf", "--disable-tqdm",
-           "--output-file", str(out)]
+           "--random-output-len", str(output_len), "--random-range-ratio", str(range_ratio),
+           "--num-prompts", str(requests), "--request-rate", str(rate), "--disable-tqdm", "--output-file", str(out),
+           *(["--max-concurrency", str(concurrency)] if concurrency else []),
+           *(["--goodput", *goodput] if goodput else [])]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"bench_serving failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -90,6 +96,10 @@ def main() -> None:
                          "many ms per stream: its own TTFT is ~0, so the TTFT measured is the client's")
     ap.add_argument("--server-args", default="", help="SGLang flags added to the emulator's")
     ap.add_argument("--duration", default=None, help="also run our steady-state mode with levels this long")
+    ap.add_argument("--request-rate", default=None, help="open-loop levels (req/s), e.g. 4,8, instead of concurrency")
+    ap.add_argument("--requests", type=int, default=400, help="requests per open-loop level")
+    ap.add_argument("--range-ratio", type=float, default=1.0, help="open-loop levels: lengths in [ratio x len, len]")
+    ap.add_argument("--goodput", action="append", default=[], help="an SLO KEY:MS for both clients, repeatable")
     args = ap.parse_args()
     server = (emulator(args=shlex.split(args.server_args)) if args.instant_ms is None
               else instant_server(args.instant_ms / 1000))
@@ -97,7 +107,10 @@ def main() -> None:
         work = Path(tmp)
         build_tokenizer(work / "tokenizer")
         levels = parse_concurrency(args.concurrency)
-        build_dataset(work / "sharegpt.json", args.waves * max(levels))
+        build_dataset(work / "sharegpt.json", max(args.waves * max(levels), args.requests))
+        if args.request_rate:
+            open_loop(url, work, args)
+            return
         print(f"{'streams':>7} {'requests':>8} {'bench_serving tok/s':>19} {'ours tok/s':>10} {'diff':>7} "
               f"{'bs TTFT p50/p99':>15} {'our TTFT p50/p99':>16} {'bs ITL p50':>10} {'our ITL p50':>11} {'load':>5}"
               + (f" {'ours steady tok/s':>17} {'completed':>9}" if args.duration else ""))
@@ -119,6 +132,24 @@ def main() -> None:
                                                     duration_s=parse_duration(args.duration))).levels[0]
                 print(f" {steady.output_throughput:>17,.1f} {steady.completed:>9}", end="")
             print(flush=True)
+
+
+def open_loop(url: str, work: Path, args: argparse.Namespace) -> None:
+    """N requests at each rate through both clients: throughput and goodput side by side."""
+    print(f"{'req/s':>6} {'requests':>8} {'bs tok/s':>9} {'our tok/s':>9} {'diff':>7} {'bs goodput':>10} "
+          f"{'our goodput':>11} {'diff':>7} {'bs TTFT p50':>11} {'our TTFT p50':>12} {'load':>5}")
+    slos = parse_goodput(args.goodput)
+    for rate in parse_rates(args.request_rate):
+        theirs = bench_serving(url, work, None, args.requests, args.input_len, args.output_len, rate,
+                               args.range_ratio, tuple(args.goodput))
+        spec = LadderSpec(request_rates=(rate,), input_len=args.input_len, output_len=args.output_len,
+                          duration_s=None, requests=args.requests, range_ratio=args.range_ratio, goodput=slos)
+        ours = run_ladder(url, spec).levels[0]
+        bs_good = theirs.get("request_goodput") or 0.0
+        print(f"{rate:>6g} {args.requests:>8} {theirs['output_throughput']:>9,.1f} {ours.output_throughput:>9,.1f} "
+              f"{ours.output_throughput / theirs['output_throughput'] - 1:>+7.2%} {bs_good:>10.2f} "
+              f"{ours.request_goodput or 0.0:>11.2f} {(ours.request_goodput or 0.0) / bs_good - 1 if bs_good else 0:>+7.2%} "
+              f"{theirs['median_ttft_ms']:>11.0f} {ours.median_ttft_ms or 0:>12.0f} {os.getloadavg()[0]:>5.1f}", flush=True)
 
 
 if __name__ == "__main__":

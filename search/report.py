@@ -516,8 +516,9 @@ def _headline(study: optuna.Study, storage: str) -> str:
     space = space_of(study)
     again = best.remeasured
     values = best.measurements
-    spread = (f"re-measured {len(values)}×: {', '.join(f'{v:,.0f}' for v in values)} tok/s "
-              f"(spread {max(values) - min(values):,.0f}, {((max(values) - min(values)) / statistics.fmean(values)):.1%})"
+    objective = space.objective
+    spread = (f"re-measured {len(values)}×: {', '.join(objective.format(v) for v in values)} "
+              f"(spread {objective.format(max(values) - min(values))}, {((max(values) - min(values)) / statistics.fmean(values)):.1%})"
               if again else "measured once (the study ended before re-measuring)")
     flags = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(old)}</td><td>→</td>"
                     f"<td><b>{html.escape(new)}</b></td></tr>" for n, old, new in _diff(space.clean(best.params), space.clean(base.params)))
@@ -526,7 +527,8 @@ def _headline(study: optuna.Study, storage: str) -> str:
   <div class="hero">
     <div class="big" style="color:{TOP_COLOURS[0]}">{gain['gain']:+.0%}</div>
     <div><h2>Trial #{best.number} beats the baseline #{base.number}</h2>
-      <p class="lead"><b>{gain['best_tok_s']:,.0f} tok/s</b> against {gain['baseline_tok_s']:,.0f} tok/s
+      <p class="lead"><b>{objective.format(gain['best_tok_s'])}</b> {html.escape(objective.name)} against
+      {objective.format(gain['baseline_tok_s'])}
       {f'(peak at concurrency {at})' if at else ''}</p>
       <p class="muted">{html.escape(spread)}</p></div>
   </div>

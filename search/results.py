@@ -231,8 +231,10 @@ def summary(study: optuna.Study, top: int | None = None) -> dict[str, Any]:
     """Everything `study show` says, as data (its JSON format)."""
     imp, why = importances(study)
     frame = table(study, top)
+    objective = space_of(study).objective
     return {
         "study": study.study_name,
+        "objective": {"metric": objective.name, "unit": objective.unit},
         "trials": json.loads(frame.to_json(orient="records")) if not frame.empty else [],
         "skipped": [{"trial": t.number, "reason": t.skipped} for t in views(study) if t.skipped is not None],
         "counts": counts(study),
@@ -256,9 +258,11 @@ def _hours(seconds: float) -> str:
 def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> str:
     """`study show` as text: the ranked table, then counts, gain, GPU time and importances."""
     data = summary(study, top)
-    ladder = list(space_of(study).load_test.concurrency)
-    grid = Table(title=f"study {study.study_name}", show_lines=False)
-    columns = ["#", "trial", "outcome", "tok/s", "@", *[f"{c}" for c in ladder], "mean±spread",
+    space = space_of(study)
+    ladder = list(space.load_test.concurrency)
+    objective = space.objective
+    grid = Table(title=f"study {study.study_name}: {objective.name}, {objective.unit}", show_lines=False)
+    columns = ["#", "trial", "outcome", objective.unit, "@", *[f"{c}" for c in ladder], "mean±spread",
                "p99 TTFT", "p99 ITL", "changed from baseline", "startup s", "GPU at top level", "host"]
     for name in columns:
         grid.add_column(name, overflow="fold")
@@ -276,9 +280,9 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
     for s in data["skipped"]:
         console.print(f"skipped trial {s['trial']}: {s['reason']}")
     g = data["gain"]
-    console.print(f"gain: trial {g['best_trial']} {g['best_tok_s']:,.0f} tok/s vs baseline trial {g['baseline_trial']} "
-                  f"{g['baseline_tok_s']:,.0f} tok/s ({g['gain']:+.1%})" if g else "gain: needs a completed baseline "
-                  "and a feasible best trial")
+    console.print(f"gain: trial {g['best_trial']} {objective.format(g['best_tok_s'])} vs baseline trial "
+                  f"{g['baseline_trial']} {objective.format(g['baseline_tok_s'])} ({g['gain']:+.1%})" if g
+                  else "gain: needs a completed baseline and a feasible best trial")
     t = data["gpu_time"]
     console.print(f"GPU time: spent {_hours(t['spent_s'])}, saved by pruning {_hours(t['saved_s'])}")
     if data["importances"]:

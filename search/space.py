@@ -218,12 +218,75 @@ class LoadTest(_Model):
         return ladder
 
 
-class Objective(_Model):
-    """Default: the highest output tok/s over the ladder, among levels that meet the SLOs."""
+class Workload(_Model):
+    """The requests every level sends, as ``sglang.bench_serving``'s datasets (docs/loadtest.md).
 
-    metric: Literal["output_throughput", "total_throughput", "request_throughput"] = "output_throughput"
+    ``random``: ``load_test.input_len`` x ``output_len`` random tokens, each length drawn from
+    [``range_ratio`` x len, len]; ``dataset``: a JSON/JSONL ``file`` (path relative to the space
+    file) of ShareGPT conversations or one request a line; ``shared_prefix``: ``groups`` x
+    ``prompts_per_group`` prompts, a group's ``system_prompt_len``-token system prompt then a
+    ``question_len``-token question.
+    """
+
+    kind: Literal["random", "dataset", "shared_prefix"] = "random"
+    range_ratio: Annotated[float, Field(gt=0, le=1)] = 1.0
+    file: StrictStr | None = None
+    groups: PositiveInt | None = None
+    prompts_per_group: PositiveInt | None = None
+    system_prompt_len: PositiveInt | None = None
+    question_len: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _keys_of_its_kind(self) -> Workload:
+        prefix = ("groups", "prompts_per_group", "system_prompt_len", "question_len")
+        wanted = {"random": (), "dataset": ("file",), "shared_prefix": prefix}[self.kind]
+        if missing := [k for k in wanted if getattr(self, k) is None]:
+            raise ValueError(f"a {self.kind} workload needs {', '.join(missing)}")
+        if stray := [k for k in ("file", *prefix) if k not in wanted and getattr(self, k) is not None]:
+            raise ValueError(f"{', '.join(stray)} do not apply to a {self.kind} workload")
+        return self
+
+
+GOODPUT = "goodput"
+
+
+class Objective(_Model):
+    """Default: the highest output tok/s over the ladder, among levels that meet the SLOs.
+
+    ``goodput`` is bench_serving's: requests/s whose TTFT, TPOT and E2E each meet ``goodput_slos_ms``.
+    """
+
+    metric: Literal["output_throughput", "total_throughput", "request_throughput", "goodput"] = "output_throughput"
     over_levels: Literal["max"] = "max"
     require_slos: StrictBool = True
+    goodput_slos_ms: dict[Literal["ttft", "tpot", "e2el"], PositiveFloat] | None = None
+
+    @model_validator(mode="after")
+    def _goodput_has_slos(self) -> Objective:
+        if (self.metric == GOODPUT) != bool(self.goodput_slos_ms):
+            raise ValueError("metric goodput needs goodput_slos_ms (e.g. {ttft: 2000, tpot: 50}), "
+                             "and goodput_slos_ms applies only to it")
+        return self
+
+    @property
+    def level_key(self) -> str:
+        """The LevelResult field the objective reads."""
+        return "request_goodput" if self.metric == GOODPUT else self.metric
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.metric in ("request_throughput", GOODPUT) else "tok/s"
+
+    def format(self, value: float) -> str:
+        """A value with its unit: ``4,210 tok/s``, ``3.25 req/s``."""
+        return f"{value:,.2f} req/s" if self.unit == "req/s" else f"{value:,.0f} tok/s"
+
+    @property
+    def name(self) -> str:
+        """How views name it: ``goodput (ttft<=2000ms, tpot<=50ms)``, ``output throughput``."""
+        given = self.goodput_slos_ms or {}
+        slos = ", ".join(f"{k}<={given[k]:g}ms" for k in ("ttft", "tpot", "e2el") if k in given)
+        return self.metric.replace("_", " ") + (f" ({slos})" if slos else "")
 
 
 class Slos(_Model):
@@ -240,6 +303,7 @@ class Space(_Model):
     params: dict[str, Param] = Field(default_factory=dict)
     baseline: dict[str, Choice] | None = None
     load_test: LoadTest = Field(default_factory=LoadTest)
+    workload: Workload = Field(default_factory=Workload)
     objective: Objective = Field(default_factory=Objective)
     slos: Slos = Field(default_factory=Slos)
     targets: dict[PositiveInt, PositiveFloat] = Field(default_factory=dict)
@@ -256,6 +320,13 @@ class Space(_Model):
     def source(self) -> str:
         """The file this space came from, for messages."""
         return self._source
+
+    def dataset_path(self) -> Path | None:
+        """The workload's dataset file, a relative path read from the space file's directory."""
+        if self.workload.file is None:
+            return None
+        path = Path(self.workload.file).expanduser()
+        return path if path.is_absolute() or self._source.startswith("<") else Path(self._source).parent / path
 
     def order(self) -> list[str]:
         """Param names with every condition's param before the params it gates (file order otherwise)."""
@@ -489,7 +560,7 @@ def _entry(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     if loc[0] == "launch" and loc[1:2] in (("flags",), ("env",)):
         return loc[:3]
     return loc[:2] if loc[0] in ("params", "baseline", "targets", "timeouts", "launch", "load_test", "objective",
-                                 "slos") else loc[:1]
+                                 "slos", "workload") else loc[:1]
 
 
 _TAGS = {"int", "float", "categorical", "bool"}
@@ -522,7 +593,7 @@ def _pydantic_problem(source: str, err: Any) -> Problem:
 _PARAM_MODELS: dict[str, type[BaseModel]] = {"int": IntParam, "float": FloatParam, "categorical": CategoricalParam,
                                              "bool": BoolParam}
 _SECTION_MODELS: dict[str, type[BaseModel]] = {"launch": Launch, "load_test": LoadTest, "objective": Objective,
-                                               "slos": Slos}
+                                               "slos": Slos, "workload": Workload}
 
 
 def _allowed_keys(loc: Iterable[Any]) -> str | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from search.errors import BadInput
+from search.loadtest.workload import dataset_requests
 from search.manifests import Flag, Manifest, ManifestError
 from search.profile import flag_tokens, is_secret, render, secret_problems
 from search.space import (
@@ -168,6 +170,11 @@ def _structure_problems(space: Space) -> list[Problem]:
     for level in space.targets:
         if level not in ladder:
             out.append(space._problem(f"targets.{level}", "not a level of load_test.concurrency", ", ".join(map(str, ladder))))
+    if (dataset := space.dataset_path()) is not None:
+        try:
+            dataset_requests(str(dataset), space.load_test.output_len, 0, space.load_test.api)
+        except BadInput as exc:
+            out.append(space._problem("workload.file", str(exc), "a JSON or JSONL file of requests"))
     if space.baseline is not None:
         out.extend(space.config_problems(space.baseline, "baseline"))
     return out

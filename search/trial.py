@@ -22,6 +22,7 @@ from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
 from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
+from search.loadtest.workload import SharedPrefix
 from search.profile import LaunchProfile, render
 from search.space import Space
 from search.storage import Outcome
@@ -45,7 +46,7 @@ class TrialResult:
     levels: list[LevelResult] = field(default_factory=list)
     answers: list[str] | None = None
     answers_differ: bool | None = None  # None: no baseline to compare with
-    objective: float | None = None  # highest output tok/s over the levels meeting the SLOs
+    objective: float | None = None  # the space's objective metric, best over the levels meeting the SLOs
     peak_concurrency: int | None = None  # the level that gave it
     slo_ok: bool = False  # some level met the SLOs
     gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
@@ -73,10 +74,15 @@ class TrialResult:
 
 def ladder_spec(space: Space) -> LadderSpec:
     """The space's load test as the ladder runs it."""
-    lt = space.load_test
-    return LadderSpec(concurrency=tuple(lt.concurrency), input_len=lt.input_len, output_len=lt.output_len,
-                      duration_s=lt.duration_s, requests=lt.requests, warmup_s=lt.warmup_s, api=lt.api,
-                      workers=lt.workers)
+    lt, wl = space.load_test, space.workload
+    prefix = (SharedPrefix(wl.groups, wl.prompts_per_group, wl.system_prompt_len, wl.question_len)
+              if wl.groups and wl.prompts_per_group and wl.system_prompt_len and wl.question_len else None)
+    dataset = space.dataset_path()
+    return LadderSpec(concurrency=tuple(lt.concurrency), input_len=prefix.input_len if prefix else lt.input_len,
+                      output_len=lt.output_len, duration_s=lt.duration_s, requests=lt.requests,
+                      warmup_s=lt.warmup_s, api=lt.api, workers=lt.workers, range_ratio=wl.range_ratio,
+                      dataset=str(dataset) if dataset else None, shared_prefix=prefix,
+                      goodput={str(k): v for k, v in (space.objective.goodput_slos_ms or {}).items()} or None)
 
 
 def slos_of(space: Space) -> dict[str, float | None]:
@@ -162,8 +168,9 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     slos = slos_of(space)
     passing = [level for level in ladder.levels if meets_slos(level, slos)]
     if passing:
-        best = max(passing, key=lambda level: level.output_throughput)
-        result.objective, result.peak_concurrency = best.output_throughput, best.max_concurrency
+        key = space.objective.level_key
+        best = max(passing, key=lambda level: getattr(level, key) or 0.0)
+        result.objective, result.peak_concurrency = getattr(best, key), best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)

@@ -17,15 +17,20 @@ from search.loadtest import (
     check_reachable,
     parse_concurrency,
     parse_duration,
+    parse_goodput,
+    parse_rates,
     run_ladder,
 )
+from search.loadtest.workload import SharedPrefix
 
 _COLUMNS = (  # header, LevelResult key, format
     ("conc", "max_concurrency", "{:d}"),
+    ("rate req/s", "request_rate", "{:g}"),
     ("achieved", "concurrency", "{:.1f}"),
     ("out tok/s", "output_throughput", "{:,.1f}"),
     ("total tok/s", "total_throughput", "{:,.1f}"),
     ("req/s", "request_throughput", "{:.2f}"),
+    ("goodput req/s", "request_goodput", "{:.2f}"),
     ("TTFT p50/p99 ms", ("median_ttft_ms", "p99_ttft_ms"), "{:.0f}/{:.0f}"),
     ("ITL p50/p99 ms", ("median_itl_ms", "p99_itl_ms"), "{:.1f}/{:.1f}"),
     ("TPOT mean ms", "mean_tpot_ms", "{:.1f}"),
@@ -65,6 +70,17 @@ def _workers(text: str) -> int | None:
         raise BadInput(f"--workers: {text!r} is not a number of processes or auto") from None
 
 
+def _shared_prefix(text: str | None) -> SharedPrefix | None:
+    if text is None:
+        return None
+    try:
+        groups, prompts, system, question = (int(part) for part in text.split(","))
+    except ValueError:
+        raise BadInput(f"--shared-prefix: {text!r} is not GROUPS,PROMPTS_PER_GROUP,SYSTEM_LEN,QUESTION_LEN, "
+                       "e.g. 16,32,2048,128") from None
+    return SharedPrefix(groups, prompts, system, question)
+
+
 def bench(
     url: str = typer.Argument(..., help="Base URL of the server, e.g. http://127.0.0.1:30000"),
     concurrency: str = typer.Option("64,256,512,1024", help="Comma-separated concurrency levels, run ascending."),
@@ -78,24 +94,44 @@ def bench(
     api: str = typer.Option("completions", help="completions | chat | generate"),
     workers: str = typer.Option("auto", help="Client processes for the streams: N, or auto (one, and more "
                                              "for a level where it used a whole core)."),
+    range_ratio: float = typer.Option(1.0, help="Random lengths uniform in [ratio x len, len] per request "
+                                                "(bench_serving's --random-range-ratio)."),
+    dataset: str | None = typer.Option(None, help="Replay a JSON/JSONL file: ShareGPT conversations, or one "
+                                                  "request a line (prompt or messages, optional output_len)."),
+    shared_prefix: str | None = typer.Option(None, help="GROUPS,PROMPTS_PER_GROUP,SYSTEM_LEN,QUESTION_LEN: "
+                                                        "bench_serving's generated-shared-prefix (--output-len each)."),
+    request_rate: str | None = typer.Option(None, help="Open-loop levels instead of --concurrency: requests/s, "
+                                                       "e.g. 2,4,8 (Poisson arrivals)."),
+    burstiness: float = typer.Option(1.0, help="Gamma arrivals' shape: 1 Poisson, <1 burstier, >1 steadier."),
+    goodput: list[str] = typer.Option([], help="An SLO for goodput, KEY:MS with KEY ttft, tpot or e2el; repeat "
+                                                "for several (bench_serving's --goodput)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
     """Load-test a running server (SGLang or anything OpenAI-compatible) up a concurrency ladder."""
+    prefix = _shared_prefix(shared_prefix)
     spec = LadderSpec(
         concurrency=parse_concurrency(concurrency),
-        input_len=input_len,
+        input_len=prefix.input_len if prefix else input_len,
         output_len=output_len,
         duration_s=parse_duration(duration) if duration else (None if requests is not None else 60.0),
         requests=requests,
         warmup_s=parse_duration(warmup, "--warmup", allow_zero=True),
         api=api,
         workers=_workers(workers),
+        range_ratio=range_ratio,
+        dataset=dataset,
+        shared_prefix=prefix,
+        request_rates=parse_rates(request_rate) if request_rate else (),
+        burstiness=burstiness,
+        goodput=parse_goodput(goodput),
     )
     check_reachable(url)
     err = Console(stderr=True)
 
     def on_level(level: LevelResult) -> bool:
-        err.print(f"concurrency {level.max_concurrency}: {level.output_throughput:,.1f} output tok/s"
+        where = (f"rate {level.request_rate:g} req/s" if level.request_rate is not None
+                 else f"concurrency {level.max_concurrency}")
+        err.print(f"{where}: {level.output_throughput:,.1f} output tok/s"
                   + (" (converged early)" if level.ended_early else ""))
         return True
 
@@ -108,4 +144,5 @@ def bench(
         # Piped output would be cut to 80 columns: give the table room instead.
         (out if out.is_terminal else Console(width=200)).print(_table(result))
     if result.aborted:
-        raise RunFailed(f"load test aborted at concurrency {result.aborted_at}: {result.aborted}")
+        where = f"rate {result.aborted_at:g} req/s" if spec.open_loop else f"concurrency {result.aborted_at:g}"
+        raise RunFailed(f"load test aborted at {where}: {result.aborted}")

@@ -27,10 +27,8 @@ from typing import Any
 import aiohttp
 
 from search.loadtest.spec import LadderSpec
+from search.loadtest.workload import TOKEN_HI, TOKEN_LO, Request, dataset_requests, random_len, shared_prefix_requests
 
-# Token ids drawn from a range every common vocabulary (32k and up) covers, past the
-# special tokens at the low end.
-_TOKEN_LO, _TOKEN_HI = 1000, 30000
 # Chat takes text, not ids: short common words, each one token in common tokenizers.
 _WORDS = ("the", "of", "and", "to", "in", "is", "it", "for", "on", "as", "at", "by", "we", "or", "an", "be")
 
@@ -78,13 +76,14 @@ class Record:
 
 
 class Prompts:
-    """Request bodies with fresh prompts at next to no CPU cost per request.
+    """The workload's request bodies, each built at next to no CPU cost when it is sent.
 
-    A prompt is a random head of ``HEAD`` tokens, new for every request, then a tail drawn from
-    a small pool of pre-serialised random tails. The prefix cache matches prefixes, so a unique
-    head defeats it as fully as an all-random prompt; building 1,024 random ids and their JSON
-    per request instead (~1 ms) put the client on the critical path at wave boundaries
-    (scripts/bench_vs_bench_serving.py measured TTFT 30x bench_serving's, which pre-builds).
+    Random prompts are a random head of ``HEAD`` tokens, new for every request, then a tail drawn
+    from a small pool of pre-serialised random tails, cut to the request's length. The prefix cache
+    matches prefixes, so a unique head defeats it as fully as an all-random prompt; building 1,024
+    random ids and their JSON per request instead (~1 ms) put the client on the critical path at
+    wave boundaries (scripts/bench_vs_bench_serving.py measured TTFT 30x bench_serving's, which
+    pre-builds). A dataset's or shared prefix's requests are built once and replayed in order.
     """
 
     HEAD = 16
@@ -92,35 +91,67 @@ class Prompts:
     POOL_TOKENS = 1 << 22  # the pool's tails hold at most about this many tokens in all
 
     def __init__(self, spec: LadderSpec, model: str, rng: random.Random) -> None:
-        self.api, self.rng = spec.api, rng
+        self.spec, self.model, self.rng = spec, model, rng
+        self.api = spec.api
+        self.fixed: list[Request] = []
+        self.next_fixed = 0
+        if spec.dataset is not None:
+            self.fixed = dataset_requests(spec.dataset, spec.output_len, spec.seed, spec.api)
+        elif spec.shared_prefix is not None:
+            self.fixed = shared_prefix_requests(spec.shared_prefix, spec.output_len, spec.seed)
+        if self.fixed:
+            return
         self.head = min(self.HEAD, spec.input_len)
         tail = spec.input_len - self.head
         pool = max(2, min(self.POOL, self.POOL_TOKENS // max(tail, 1)))
-        if spec.api == "chat":  # chat takes text, not ids: words of one token each
-            self.tails = [" ".join(rng.choice(_WORDS) for _ in range(tail)) for _ in range(pool)]
-        else:
-            self.tails = [",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(tail))
-                          for _ in range(pool)]
-        if spec.api == "generate":
-            sampling = {"temperature": 0.0, "max_new_tokens": spec.output_len, "ignore_eos": True}
-            self.rest = json.dumps({"sampling_params": sampling, "stream": True})[1:]
-        else:
-            self.rest = json.dumps({"model": model, "max_tokens": spec.output_len, "temperature": 0.0,
-                                    "ignore_eos": True, "stream": True,
-                                    "stream_options": {"include_usage": True,
-                                                       "continuous_usage_stats": True}})[1:]
+        sep = " " if spec.api == "chat" else ","  # chat takes text, not ids: words of one token each
+        self.tails = [sep.join(rng.choice(_WORDS) if spec.api == "chat" else str(rng.randrange(TOKEN_LO, TOKEN_HI))
+                               for _ in range(tail)) for _ in range(pool)]
+        # ends[k]: where a tail's first k tokens end (every tail's separators sit at its own places)
+        self.ends = [[0, *(i for i, c in enumerate(t) if c == sep), len(t)] for t in self.tails]
 
-    def body(self) -> bytes:
-        """The JSON of the next request."""
-        rng, tail = self.rng, self.rng.choice(self.tails)
+    def _rest(self, output_len: int) -> str:
+        """The body after the prompt: sampling that fixes the output length, streaming with usage."""
+        if self.api == "generate":
+            sampling = {"temperature": 0.0, "max_new_tokens": output_len, "ignore_eos": True}
+            return json.dumps({"sampling_params": sampling, "stream": True})[1:]
+        return json.dumps({"model": self.model, "max_tokens": output_len, "temperature": 0.0,
+                           "ignore_eos": True, "stream": True,
+                           "stream_options": {"include_usage": True, "continuous_usage_stats": True}})[1:]
+
+    def next(self) -> tuple[bytes, int, int]:
+        """The next request: (its JSON body, its input length, the output tokens it asks)."""
+        if self.fixed:
+            request = self.fixed[self.next_fixed % len(self.fixed)]
+            self.next_fixed += 1
+            return self._body(request.prompt, request.output_len), request.input_len, request.output_len
+        spec, rng = self.spec, self.rng
+        input_len = random_len(rng, spec.input_len, spec.range_ratio)
+        output_len = random_len(rng, spec.output_len, spec.range_ratio)
+        i = rng.randrange(len(self.tails))
+        tail = self.tails[i][: self.ends[i][max(0, input_len - self.head)]]
+        head = min(self.head, input_len)
         if self.api == "chat":
-            words = " ".join(rng.choice(_WORDS) for _ in range(self.head))
-            content = json.dumps(f"{words} {tail}" if tail else words)
-            return ('{"messages": [{"role": "user", "content": ' + content + "}], " + self.rest).encode()
-        ids = ",".join(str(rng.randrange(_TOKEN_LO, _TOKEN_HI)) for _ in range(self.head))
+            words = " ".join(rng.choice(_WORDS) for _ in range(head))
+            return self._body(f"{words} {tail}" if tail else words, output_len), input_len, output_len
+        ids = ",".join(str(rng.randrange(TOKEN_LO, TOKEN_HI)) for _ in range(head))
         ids = f"{ids},{tail}" if tail else ids
         key = "input_ids" if self.api == "generate" else "prompt"
-        return ('{"' + key + '": [' + ids + "], " + self.rest).encode()
+        return ('{"' + key + '": [' + ids + "], " + self._rest(output_len)).encode(), input_len, output_len
+
+    def _body(self, prompt: list[int] | str | list[dict[str, Any]], output_len: int) -> bytes:
+        """A prepared prompt in the API's shape: chat takes messages, /generate ids or text."""
+        head: dict[str, Any]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            head = {"messages": prompt}  # only under chat: dataset_requests refuses them otherwise
+        elif self.api == "chat":
+            text = prompt if isinstance(prompt, str) else " ".join(_WORDS[t % len(_WORDS)] for t in prompt if isinstance(t, int))
+            head = {"messages": [{"role": "user", "content": text}]}
+        elif self.api == "generate":
+            head = {"text": prompt} if isinstance(prompt, str) else {"input_ids": prompt}
+        else:
+            head = {"prompt": prompt}
+        return (json.dumps(head)[:-1] + ", " + self._rest(output_len)).encode()
 
 
 def _content(api: str, data: dict[str, Any], seen: int) -> tuple[int, int | None, dict[str, Any] | None]:

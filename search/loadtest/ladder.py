@@ -30,7 +30,7 @@ from search.loadtest.metrics import (
     tokens_between,
 )
 from search.loadtest.spec import LadderSpec
-from search.loadtest.streams import Source, Streams, Workers, make_session
+from search.loadtest.streams import Arrivals, Source, Streams, Workers, make_session
 
 OnLevel = Callable[[LevelResult], bool]
 ShouldAbort = Callable[[], "str | None"]
@@ -49,7 +49,7 @@ class LadderResult:
     spec: LadderSpec
     levels: list[LevelResult] = field(default_factory=list)
     aborted: str | None = None  # why the ladder stopped early (server died, too many errors)
-    aborted_at: int | None = None  # the level that was running then
+    aborted_at: float | None = None  # the level that was running then: its concurrency, or its rate (open loop)
     pruned: bool = False  # on_level returned False
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,8 +100,8 @@ async def _model_card(session: aiohttp.ClientSession, url: str, spec: LadderSpec
 
 
 def check_context(spec: LadderSpec, context: int | None, url: str) -> None:
-    """Refuse a request shape longer than the server's context: it would only be rejected."""
-    if context is not None and spec.input_len + spec.output_len > context:
+    """Refuse a random request shape longer than the server's context: it would only be rejected."""
+    if context is not None and spec.dataset is None and spec.input_len + spec.output_len > context:
         raise BadInput(f"--input-len {spec.input_len} + --output-len {spec.output_len} exceeds the context "
                        f"length {context} of the model at {url}; use a shorter shape")
 
@@ -147,7 +147,7 @@ class _Level:
                 while not self.source.done():
                     await self._tick()
                 await self.source.sync()
-                result = from_requests(self.concurrency, self.source.records)
+                result = from_requests(self.concurrency, self.source.records, self.spec.goodput)
             else:
                 result = await self._steady_state()
         finally:
@@ -194,14 +194,14 @@ class _Level:
                 ci = relative_half_width(bins)
             if now - t0 >= spec.duration_s:
                 await self._settle(now, bin_s)
-                level = from_window(self.concurrency, records, t0, now, converged=_converged(bins, ci, spec),
+                level = from_window(self.concurrency, records, t0, now, spec.goodput, converged=_converged(bins, ci, spec),
                                     output_throughput_ci=_finite(ci))
                 if not level.total_output_tokens and not level.completed:
                     raise _Abort(NO_PROGRESS)
                 return level
             if len(bins) >= _MIN_BINS and _converged(bins, ci, spec) and self._cycled(len(bins) * bin_s):
                 t1 = t0 + len(bins) * bin_s  # end on a bin boundary: the window the CI describes
-                return from_window(self.concurrency, records, t0, t1, converged=True,
+                return from_window(self.concurrency, records, t0, t1, spec.goodput, converged=True,
                                    ended_early=True, output_throughput_ci=ci)
 
     def _cycled(self, window_s: float) -> bool:
@@ -261,24 +261,31 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
         try:
             model, context = await _model_card(session, url, spec)
         except aiohttp.ClientConnectorError:
-            result.aborted, result.aborted_at = f"server died: {_refused(url)}", spec.concurrency[0]
+            result.aborted = f"server died: {_refused(url)}"
+            result.aborted_at = spec.request_rates[0] if spec.open_loop else spec.concurrency[0]
             return result
         check_context(spec, context, url)
         pool: Workers | None = None
         stack.callback(lambda: pool.close() if pool else None)
-        for concurrency in spec.concurrency:
+        # An open-loop level has no stream count: 0 stands for it (its warm-up is warmup_s alone).
+        for concurrency, rate in ([(0, r) for r in spec.request_rates] if spec.open_loop else
+                                  [(c, None) for c in spec.concurrency]):
             while True:
                 if workers > 1 and pool is None:
                     pool = await asyncio.get_running_loop().run_in_executor(
                         None, Workers, workers, url, spec, model, spec.seed)
-                source: Source = (pool.level(concurrency, spec.requests) if pool else
-                                  Streams(session, url, spec, Prompts(spec, model, rng), concurrency, spec.requests))
+                prompts = Prompts(spec, model, rng)
+                source: Source = (
+                    Arrivals(session, url, spec, prompts, rate, spec.requests, rng) if rate is not None else
+                    pool.level(concurrency, spec.requests) if pool else
+                    Streams(session, url, spec, prompts, concurrency, spec.requests))
                 try:
                     level = await _Level(source, url, spec, concurrency, should_abort).run()
                 except _Abort as exc:
-                    result.aborted, result.aborted_at = str(exc), concurrency
+                    result.aborted, result.aborted_at = str(exc), concurrency if rate is None else rate
                     return result
-                if spec.workers is not None or (level.client_cpu or 0.0) < CLIENT_BUSY or workers >= MAX_WORKERS:
+                level.request_rate = rate
+                if spec.workers is not None or spec.open_loop or (level.client_cpu or 0.0) < CLIENT_BUSY or workers >= MAX_WORKERS:
                     break
                 # The client used a whole core: it, not the server, may have set this level's rate.
                 # Measure the level again with the streams spread over more processes.

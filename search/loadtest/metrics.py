@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -73,6 +73,11 @@ class LevelResult:
     # How output tokens were counted: "server" (running counts in every chunk), "text"
     # (characters over the finished requests' characters per token), "chunks" (one a chunk).
     output_tokens_counted: str | None = "server"
+    request_rate: float | None = None  # an open-loop level's arrival rate (req/s); None: closed loop
+    # bench_serving's goodput: requests/s that met every SLO of --goodput, and their share of
+    # the requests that ended (None without SLOs).
+    request_goodput: float | None = None
+    slo_attainment: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,7 +144,26 @@ def _build(level: int, duration: float, done: list[Record], ttft: list[float], i
     )
 
 
-def from_requests(level: int, records: list[Record]) -> LevelResult:
+def goodput(ended: list[Record], slos: Mapping[str, float] | None, duration: float) -> dict[str, Any]:
+    """bench_serving's ``calculate_goodput`` over the requests that ended (failed ones included).
+
+    A request is good when it succeeded and its TTFT, TPOT ((E2E - TTFT) / (n - 1), 0 for one
+    token) and E2E, in ms, are each at most the SLO given for it.
+    """
+    if not slos:
+        return {"request_goodput": None, "slo_attainment": None}
+    good = 0
+    for r in ended:
+        if not r.ok:
+            continue
+        observed = {"ttft": (r.chunks[0] - r.send) * 1000, "tpot": (_tpot(r) or 0.0) * 1000,
+                    "e2el": (_ended(r) - r.send) * 1000}
+        good += all(observed[name] <= limit for name, limit in slos.items())
+    return {"request_goodput": good / max(duration, 1e-9),
+            "slo_attainment": good / len(ended) if ended else None}
+
+
+def from_requests(level: int, records: list[Record], slos: Mapping[str, float] | None = None) -> LevelResult:
     """All requests, bench_serving's way: duration from the first send to the last end."""
     done = [r for r in records if r.ok]
     counted = "server" if all(r.output_tokens is not None or r.exact for r in done) else "chunks"
@@ -155,6 +179,7 @@ def from_requests(level: int, records: list[Record]) -> LevelResult:
         busy=sum(_ended(r) - r.send for r in done),
         errors=error_counts(records),
         output_tokens_counted=counted if done else None,
+        **goodput([r for r in records if r.error != "cancelled"], slos, end - start),
     )
 
 
@@ -214,7 +239,8 @@ class TokenCount:
         return next((h for h in ("chunks", "text", "server") if h in self.how), None)
 
 
-def from_window(level: int, records: list[Record], t0: float, t1: float, **extra: Any) -> LevelResult:
+def from_window(level: int, records: list[Record], t0: float, t1: float,
+                slos: Mapping[str, float] | None = None, **extra: Any) -> LevelResult:
     """The steady-state window [t0, t1) of a closed loop (see the module docstring).
 
     Every figure comes from events inside the window, so it holds whether or not any request
@@ -225,7 +251,7 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
     (a cohort started together and still decoding), of those whose first token came before it
     in this level (``ttft_in_window`` False); input tokens those of the prompts whose first
     token came inside; E2E of the requests that ended inside (None when none did: a request
-    longer than the window has no E2E yet).
+    longer than the window has no E2E yet); goodput of the requests that ended inside.
     """
     count = TokenCount(records)
     out_tokens = 0.0
@@ -254,7 +280,9 @@ def from_window(level: int, records: list[Record], t0: float, t1: float, **extra
     done = [r for r in records if r.ok and t0 <= _ended(r) < t1]
     return _build(level, t1 - t0, done, ttft or ttft_before, itl, out_tokens, busy, error_counts(records),
                   tpot=tpot, in_tokens=in_tokens, ttft_in_window=bool(ttft) or not ttft_before,
-                  output_tokens_counted=count.source(), **extra)
+                  output_tokens_counted=count.source(),
+                  **goodput([r for r in records if r.end is not None and t0 <= r.end < t1
+                             and r.error != "cancelled"], slos, t1 - t0), **extra)
 
 
 def tokens_between(records: list[Record], a: float, b: float) -> float:

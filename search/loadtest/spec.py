@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from search.errors import BadInput
+from search.loadtest.workload import SharedPrefix
 
 APIS = ("completions", "chat", "generate")
+GOODPUT_SLOS = ("ttft", "tpot", "e2el")  # bench_serving's --goodput keys, in milliseconds
 # Sane maxima, checked before anything is built: past them the client's own prompts and tasks
 # would eat the machine (a 10^11-token prompt once grew the client by 130 MB/s). The server's
 # context length, when it tells, bounds the shape further (ladder.check_context).
@@ -21,7 +23,15 @@ MAX_TOKENS = 1 << 24
 
 @dataclass(frozen=True)
 class LadderSpec:
-    """One load test: closed-loop levels in ascending concurrency.
+    """One load test: closed-loop levels in ascending concurrency, or open-loop request rates.
+
+    The requests are the workload's (``search.loadtest.workload``): random of ``input_len`` x
+    ``output_len`` with ``range_ratio``, a ``dataset`` file, or a ``shared_prefix``. With
+    ``request_rates`` each level sends requests at that rate (req/s), Poisson arrivals, or gamma
+    with ``burstiness`` (bench_serving's and vLLM's: shape ``burstiness``, mean ``1 / rate``),
+    whatever the server's speed; otherwise each of ``concurrency`` streams sends its next request
+    when its last ends. ``goodput`` (``{"ttft": ms, "tpot": ms, "e2el": ms}``, any of them) adds
+    bench_serving's goodput to every level.
 
     A level runs either for ``duration_s`` (after an uncounted warm-up of ``warmup_s``,
     ending early once the output throughput has converged to ``converge_ci``, the 95%
@@ -44,6 +54,12 @@ class LadderSpec:
     request_timeout_s: float = 600.0  # a stream silent this long counts as a "timeout" error
     # Processes the streams run in; None: one, and more for a level where it used a whole core.
     workers: int | None = None
+    range_ratio: float = 1.0
+    dataset: str | None = None
+    shared_prefix: SharedPrefix | None = None
+    request_rates: tuple[float, ...] = ()
+    burstiness: float = 1.0
+    goodput: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
@@ -73,6 +89,25 @@ class LadderSpec:
             raise BadInput("--workers must be at least 1 (or auto)")
         if not 0 <= self.max_error_rate <= 1:
             raise BadInput("max error rate must be a fraction between 0 and 1")
+        if not 0 < self.range_ratio <= 1:
+            raise BadInput(f"--range-ratio must be in (0, 1], got {self.range_ratio}")
+        if self.dataset is not None and self.shared_prefix is not None:
+            raise BadInput("give one workload: a dataset or a shared prefix, not both")
+        object.__setattr__(self, "request_rates", tuple(sorted(set(self.request_rates))))
+        if self.request_rates and not all(0 < r < float("inf") for r in self.request_rates):
+            raise BadInput("--request-rate: every level must be a positive number of requests/s, e.g. 2,4,8")
+        if self.request_rates and self.workers not in (None, 1):
+            raise BadInput("--request-rate levels run in one client process; drop --workers")
+        if self.burstiness <= 0:
+            raise BadInput(f"--burstiness must be positive (1: Poisson), got {self.burstiness}")
+        unknown = set(self.goodput or ()) - set(GOODPUT_SLOS)
+        if unknown or any(v <= 0 for v in (self.goodput or {}).values()):
+            raise BadInput(f"--goodput: give KEY:MS with KEY in {', '.join(GOODPUT_SLOS)} and a positive limit, "
+                           "e.g. ttft:2000")
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.request_rates)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +122,26 @@ def parse_duration(text: str, option: str = "--duration", allow_zero: bool = Fal
     if not m or (float(m.group(1)) == 0 and not allow_zero):
         raise BadInput(f"{option}: {text!r} is not a {'' if allow_zero else 'positive '}duration; use e.g. 60s, 2m or 90")
     return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``2,4,8.5`` -> (2.0, 4.0, 8.5) requests/s."""
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise BadInput(f"--request-rate: {text!r} is not a comma-separated list of requests/s, e.g. 2,4,8") from None
+
+
+def parse_goodput(pairs: list[str]) -> dict[str, float] | None:
+    """``["ttft:2000", "tpot:50"]`` -> ``{"ttft": 2000.0, "tpot": 50.0}`` (bench_serving's --goodput)."""
+    slos = {}
+    for pair in pairs:
+        name, _, value = pair.partition(":")
+        try:
+            slos[name] = float(value)
+        except ValueError:
+            raise BadInput(f"--goodput: {pair!r} is not KEY:MS with KEY in {', '.join(GOODPUT_SLOS)}") from None
+    return slos or None
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:

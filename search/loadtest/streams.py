@@ -43,7 +43,8 @@ def make_session(spec: LadderSpec) -> aiohttp.ClientSession:
     through this one event loop, so that cost lands in every request's TTFT.
     """
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=spec.request_timeout_s)
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=max(spec.concurrency)), timeout=timeout)
+    limit = 0 if spec.open_loop else max(spec.concurrency)  # an open loop has as many in flight as the server keeps
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit), timeout=timeout)
 
 
 class Source(Protocol):
@@ -79,20 +80,27 @@ class Streams:
         self.stop = False
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
         self.session = session
-        self.tasks = [asyncio.create_task(self._stream()) for _ in range(concurrency)]
+        self.tasks = self._start(concurrency)
+
+    def _start(self, concurrency: int) -> list[asyncio.Task[Any]]:
+        return [asyncio.create_task(self._stream()) for _ in range(concurrency)]
 
     async def _stream(self) -> None:
         while not self.stop and (self.requests is None or self.issued < self.requests):
             self.issued += 1
-            body = self.prompts.body()
-            record = Record(send=time.perf_counter(), input_tokens=self.spec.input_len)
-            self.records.append(record)
-            await stream_one(self.session, self.url, self.spec.api, body, record, self.spec.output_len)
-            self.finished += 1
-            if record.error:
-                self.failures[record.error] += 1
-            if record.error == "connect":
+            if await self._one() == "connect":
                 return  # the level's check sees it and aborts
+
+    async def _one(self) -> str | None:
+        """Send the workload's next request and wait for its end; its error kind, if any."""
+        body, input_len, output_len = self.prompts.next()
+        record = Record(send=time.perf_counter(), input_tokens=input_len)
+        self.records.append(record)
+        await stream_one(self.session, self.url, self.spec.api, body, record, output_len)
+        self.finished += 1
+        if record.error:
+            self.failures[record.error] += 1
+        return record.error
 
     async def sync(self) -> None:
         return None
@@ -102,10 +110,38 @@ class Streams:
 
     async def close(self) -> float:
         self.stop = True
-        for t in self.tasks:
+        tasks = list(self.tasks)  # an open loop's sender may have added some
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         return (time.process_time() - self._cpu0) / max(time.perf_counter() - self._wall0, 1e-9)
+
+
+class Arrivals(Streams):
+    """An open-loop level: requests sent at ``rate`` per second whatever the server's speed.
+
+    Gaps between sends are gamma-distributed with shape ``burstiness`` and mean ``1 / rate``
+    (``burstiness`` 1 is Poisson, exponential gaps: bench_serving's ``--request-rate``; below 1
+    burstier, above 1 more regular, as bench_serving's and vLLM's ``--burstiness``), on an absolute
+    clock so a slow event loop does not lower the rate. Every request runs as its own task.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, spec: LadderSpec, prompts: Prompts,
+                 rate: float, requests: int | None, rng: random.Random) -> None:
+        self.rate, self.rng = rate, rng
+        super().__init__(session, url, spec, prompts, 1, requests)
+
+    def _start(self, concurrency: int) -> list[asyncio.Task[Any]]:
+        return [asyncio.create_task(self._send())]
+
+    async def _send(self) -> None:
+        shape = self.spec.burstiness
+        due = time.perf_counter()
+        while not self.stop and (self.requests is None or self.issued < self.requests):
+            self.issued += 1
+            self.tasks.append(asyncio.create_task(self._one()))
+            due += self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
 # --------------------------------------------------------------------------- worker processes

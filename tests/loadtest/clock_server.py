@@ -7,7 +7,9 @@ schedule (no drift), until ``max_tokens``. So with C streams all decoding, the t
 is ``C * per_stream_rate`` tok/s, TPOT is ``1 / per_stream_rate`` and ITL the chunk period,
 whatever the client reports. ``--lockstep`` puts every stream's chunks on one global clock, as a
 decode batch streams in step (a cohort); ``--no-running-usage`` ignores ``continuous_usage_stats``
-(a server that gives usage only at the end). Each token is the 4 characters " tok".
+(a server that gives usage only at the end). Each token is the 4 characters " tok". A prompt
+counts its token ids, or the words of its text. ``--record FILE`` appends every request's JSON
+body to FILE, one a line, so a test reads what the server really received.
 
 It serves /v1/completions, /v1/chat/completions and /generate as SGLang shapes them, /v1/models
 (with ``max_model_len``) and /health. Run: ``python -m tests.loadtest.clock_server --port P ...``.
@@ -45,8 +47,16 @@ def _chunk(api: str, tokens: int, total: int, prompt: int, running_usage: bool, 
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """Token ids count one each, text one a word (chat: every message's)."""
+    prompt = body.get("input_ids") or body.get("prompt") or body.get("text")
+    if prompt is None:
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    return len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+
+
 def make_app(per_stream_rate: float, chunk_tokens: int, ttft: float, ttft_step: float, lockstep: bool,
-             running_usage: bool) -> web.Application:
+             running_usage: bool, record: str | None = None) -> web.Application:
     period = chunk_tokens / per_stream_rate
     arrivals = itertools.count()
     epoch: list[float] = []  # lockstep: the first arrival, where the global chunk clock starts
@@ -57,12 +67,11 @@ def make_app(per_stream_rate: float, chunk_tokens: int, ttft: float, ttft_step: 
     async def stream(request: web.Request, api: str) -> web.StreamResponse:
         arrived = now()
         body = await request.json()
-        if api == "generate":
-            n = int(body["sampling_params"]["max_new_tokens"])
-            prompt = len(body.get("input_ids") or [])
-        else:
-            n = int(body["max_tokens"])
-            prompt = len(body["prompt"]) if api == "completions" else len(body["messages"][0]["content"].split())
+        if record:
+            with open(record, "a") as log:
+                log.write(json.dumps(body) + "\n")
+        n = int(body["sampling_params"]["max_new_tokens"] if api == "generate" else body["max_tokens"])
+        prompt = _prompt_tokens(body)
         options = body.get("stream_options") or {}
         running = running_usage and bool(options.get("continuous_usage_stats"))
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -112,9 +121,10 @@ def main() -> None:
     parser.add_argument("--ttft-step", type=float, default=0.0, help="each arrival's TTFT exceeds the last one's by this")
     parser.add_argument("--lockstep", action="store_true")
     parser.add_argument("--no-running-usage", dest="running_usage", action="store_false")
+    parser.add_argument("--record", help="append each request's JSON body to this file")
     args = parser.parse_args()
     app = make_app(args.per_stream_rate, args.chunk_tokens, args.ttft, args.ttft_step, args.lockstep,
-                   args.running_usage)
+                   args.running_usage, args.record)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None, backlog=4096)
 
 

@@ -42,6 +42,16 @@ def test_unreachable_url(capsys: pytest.CaptureFixture[str]) -> None:
         # Huge values once hung the client at 100% CPU, growing 130 MB/s: refused before any work.
         (["--input-len", "100000000000"], "--input-len / --output-len: at most 16,777,216 tokens"),
         (["--concurrency", "100000000"], "--concurrency: 100000000 streams is over the 65,536"),
+        (["--range-ratio", "0"], "--range-ratio must be in (0, 1], got 0.0"),
+        (["--request-rate", "2,x"], "--request-rate: '2,x' is not a comma-separated list of requests/s"),
+        (["--request-rate", "0"], "--request-rate: every level must be a positive number of requests/s"),
+        (["--request-rate", "4", "--workers", "2"], "--request-rate levels run in one client process"),
+        (["--burstiness", "0"], "--burstiness must be positive (1: Poisson)"),
+        (["--goodput", "itl:5"], "--goodput: give KEY:MS with KEY in ttft, tpot, e2el"),
+        (["--goodput", "ttft:fast"], "--goodput: 'ttft:fast' is not KEY:MS"),
+        (["--shared-prefix", "1,2"], "--shared-prefix: '1,2' is not GROUPS,PROMPTS_PER_GROUP,SYSTEM_LEN,QUESTION_LEN"),
+        (["--shared-prefix", "0,2,3,4"], "shared_prefix: groups must be at least 1"),
+        (["--dataset", "x.jsonl", "--shared-prefix", "1,2,3,4"], "give one workload: a dataset or a shared prefix"),
     ],
 )
 def test_bad_option(option: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

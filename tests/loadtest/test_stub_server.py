@@ -10,13 +10,15 @@ from search.loadtest import LadderSpec, run_ladder
 from .server import stub_server
 
 
-def test_every_request_failing_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("levels", "where"), [(["--concurrency", "2,4"], "concurrency 2"),
+                                               (["--request-rate", "50,100"], "rate 50 req/s")])
+def test_every_request_failing_exits_1(levels: list[str], where: str, capsys: pytest.CaptureFixture[str]) -> None:
     # 10 requests are under the 20 the running check waits for: the level's end decides.
     with stub_server(fail_every=1) as url, pytest.raises(SystemExit) as exc:
-        main(["bench", url, "--concurrency", "2,4", "--requests", "10", "--json"])
+        main(["bench", url, *levels, "--requests", "10", "--json"])
     assert exc.value.code == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "error: load test aborted at concurrency 2: 10 of 10 requests failed (http_500: 10), "
+        f"error: load test aborted at {where}: 10 of 10 requests failed (http_500: 10), "
         "over the 5% threshold")
 
 

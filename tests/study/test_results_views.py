@@ -86,3 +86,23 @@ def test_show_gives_gpu_power_and_utilization_at_the_highest_level_even_without_
     assert [(r["trial"], _number(r["gpu_w@4"]), _number(r["gpu_util@4"])) for r in csv] == [
         ("0", 310.0, 40.0), ("2", 280.0, None), ("1", 250.0, 12.0)]
     assert gpu_text({"concurrency": 4, "power_w": 280.0, "power_limit_w": None, "utilization_pct": None}) == "280 W"
+
+
+def test_show_names_a_goodput_objective_and_its_unit(tmp_path: Path) -> None:
+    """A study tuned for goodput says so, in req/s, in the table title, its JSON and the gain line."""
+    space = load_space(write_space(tmp_path)).model_dump(mode="json")
+    space["objective"] = {**space["objective"], "metric": "goodput", "goodput_slos_ms": {"ttft": 2000, "tpot": 50}}
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.SPACE, space)
+    dist = {"--max-running-requests": CategoricalDistribution([1, None])}
+    for number, (value, cap) in enumerate([(3.25, 1), (5.5, None)]):
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE, value=value, params={"--max-running-requests": cap}, distributions=dist,
+            user_attrs={"levels": [], "outcome": "completed", "peak_output_throughput": value, "peak_concurrency": 4,
+                        **({"strategy": "baseline"} if number == 0 else {})}))
+    text = render(study, "table")
+    assert "goodput (ttft<=2000ms, tpot<=50ms), req/s" in text
+    assert json.loads(render(study, "json"))["objective"] == {"metric": "goodput (ttft<=2000ms, tpot<=50ms)",
+                                                                "unit": "req/s"}
+    gain = next(line for line in text.splitlines() if line.startswith("gain:"))
+    assert "5.50 req/s" in gain and "3.25 req/s" in gain, gain
