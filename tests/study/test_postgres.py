@@ -1,0 +1,77 @@
+"""A study on a real PostgreSQL server (tests/postgres.py): run, killed with kill -9 mid-trial,
+resumed with nothing lost, and shown, as on the default SQLite file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.helpers import marker_pids, write_space
+from tests.postgres import postgres_server
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    try:
+        server = postgres_server()
+        url = server.__enter__()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        pytest.fail(f"cannot start a test PostgreSQL server: {exc}")
+    try:
+        yield url
+    finally:
+        server.__exit__(None, None, None)
+
+
+def _search(workdir: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", "from search.cli import main; main()", *args],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _running_marker(study: str, storage: str, timeout: float = 60.0) -> tuple[int, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            trials = optuna.load_study(study_name=study, storage=storage).get_trials(states=(TrialState.RUNNING,))
+        except KeyError:
+            trials = []
+        for t in trials:
+            marker = t.user_attrs.get("marker")
+            if marker and marker_pids(marker):
+                return t.number, marker
+        time.sleep(0.2)
+    raise AssertionError("no trial server came up")
+
+
+def test_a_study_on_postgresql_is_killed_resumed_and_shown(workdir: Path, postgres: str) -> None:
+    space = write_space(workdir, time_scale="0.02")  # a 3.4 s startup: time to kill it mid-trial
+    run = ["study", "run", str(space), "--study", "pg", "--n-trials", "2", "--emulate", "--remeasure", "0",
+           "--seed", "0", "--storage", postgres]
+    first = _search(workdir, *run)
+    number, marker = _running_marker("pg", postgres)
+    first.kill()
+    first.wait(30)
+
+    second = _search(workdir, *run)
+    out, _ = second.communicate(timeout=240)
+    assert second.returncode == 0, out
+    assert "left RUNNING by a dead run" in out and not marker_pids(marker)
+    study = optuna.load_study(study_name="pg", storage=postgres)
+    assert study.trials[number].state == TrialState.FAIL
+    measured = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(measured) == 2 and any(t.user_attrs.get("retry_of") == number for t in measured)
+    assert not (workdir / "studies.db").exists()  # everything went to the server
+
+    shown = _search(workdir, "study", "show", "pg", "--format", "json", "--storage", postgres)
+    text, _ = shown.communicate(timeout=60)
+    assert shown.returncode == 0, text
+    shown_trials = {row["trial"] for row in json.loads(text)["trials"]}
+    assert shown_trials >= {t.number for t in measured}
