@@ -88,3 +88,10 @@ def test_a_postgresql_url_without_its_driver_names_the_package(workdir: Path) ->
     """SQLAlchemy's own error for an absent driver is told as the package to install."""
     url = f"postgresql+pg8000://search@127.0.0.1:{_closed_port()}/search"
     _one_line_exit_2(_search(workdir, "study", "list", "--storage", url), url, "pg8000")
+
+
+def test_trial_run_with_trials_dir_on_a_file_is_bad_input(workdir: Path) -> None:
+    space = write_space(workdir)
+    (workdir / "file").write_text("kept\n")
+    _one_line_exit_2(_search(workdir, "trial", "run", str(space), "--emulate", "--trials-dir", "file"), "file")
+    assert (workdir / "file").read_text() == "kept\n" and not (workdir / "state").exists()

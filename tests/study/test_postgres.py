@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.helpers import marker_pids, write_space
+from tests.helpers import marker_pids, running_server, write_space
 from tests.postgres import postgres_server
 
 
@@ -36,27 +35,12 @@ def _search(workdir: Path, *args: str) -> subprocess.Popen[str]:
                             cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _running_marker(study: str, storage: str, timeout: float = 60.0) -> tuple[int, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            trials = optuna.load_study(study_name=study, storage=storage).get_trials(states=(TrialState.RUNNING,))
-        except KeyError:
-            trials = []
-        for t in trials:
-            marker = t.user_attrs.get("marker")
-            if marker and marker_pids(marker):
-                return t.number, marker
-        time.sleep(0.2)
-    raise AssertionError("no trial server came up")
-
-
 def test_a_study_on_postgresql_is_killed_resumed_and_shown(workdir: Path, postgres: str) -> None:
     space = write_space(workdir, time_scale="0.02")  # a 3.4 s startup: time to kill it mid-trial
     run = ["study", "run", str(space), "--study", "pg", "--n-trials", "2", "--emulate", "--remeasure", "0",
            "--seed", "0", "--storage", postgres]
     first = _search(workdir, *run)
-    number, marker = _running_marker("pg", postgres)
+    number, marker = running_server("pg", postgres)
     first.kill()
     first.wait(30)
 
