@@ -3,6 +3,7 @@ before any server starts, and nothing the storage or trials/ already hold is tou
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -13,9 +14,13 @@ import pytest
 
 from tests.helpers import write_space
 
+# Root writes through any file mode; without CAP_DAC_OVERRIDE it meets them as a user does.
+_AS_A_USER = (["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+              if os.geteuid() == 0 else [])
 
-def _search(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from search.cli import main; main()", *args],
+
+def _search(workdir: Path, *args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(prefix or []), sys.executable, "-c", "from search.cli import main; main()", *args],
                           cwd=workdir, capture_output=True, text=True, timeout=120)
 
 
@@ -95,3 +100,15 @@ def test_trial_run_with_trials_dir_on_a_file_is_bad_input(workdir: Path) -> None
     (workdir / "file").write_text("kept\n")
     _one_line_exit_2(_search(workdir, "trial", "run", str(space), "--emulate", "--trials-dir", "file"), "file")
     assert (workdir / "file").read_text() == "kept\n" and not (workdir / "state").exists()
+
+
+def test_study_run_on_a_read_only_storage_is_bad_input(workdir: Path) -> None:
+    space = write_space(workdir)
+    study = optuna.create_study(study_name="kept", storage="sqlite:///ro.db")
+    study.enqueue_trial({"x": 1})
+    (workdir / "ro.db").chmod(0o444)
+    before = (workdir / "ro.db").read_bytes()
+    done = _search(workdir, "study", "run", str(space), "--study", "s", "--emulate", "--n-trials", "1",
+                   "--storage", "sqlite:///ro.db", prefix=_AS_A_USER)
+    _one_line_exit_2(done, "ro.db", "read-only")
+    assert (workdir / "ro.db").read_bytes() == before and not (workdir / "trials").exists()
