@@ -39,9 +39,10 @@ if [ "${1:-}" = "--test" ]; then
     "$PY" -m pip install -q --disable-pip-version-check --no-deps HEBO==0.3.6 disjoint-set
     "$PY" -m pip install -q --disable-pip-version-check pymoo gpytorch GPy catboost
   fi
-  # A real OpenSSH server for the SSH host tests; Chromium for the report's screenshot test.
+  # A real OpenSSH server for the SSH host tests; PostgreSQL for the storage tests; Chromium for the report's screenshot test.
   need=()
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
+  command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v chromium >/dev/null || need+=(chromium)
   if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from search.names import checked_study_name
+from search.names import checked_study_name, checked_trials_dir
 from search.profile import LaunchProfile, to_json, to_sglang_config, to_shell
 
 REDACTED = "<redacted>"
@@ -34,7 +34,7 @@ class TrialArtifacts:
     @classmethod
     def next_in(cls, trials_dir: Path, study: str, secret_names: Iterable[str] = ()) -> TrialArtifacts:
         """A fresh ``trials_dir/study/<n>`` for a trial run outside a study (n = last + 1)."""
-        base = trials_dir / checked_study_name(study)
+        base = checked_trials_dir(trials_dir) / checked_study_name(study)
         taken = [int(p.name) for p in base.glob("*") if p.name.isdigit()] if base.is_dir() else []
         return cls(base / str(max(taken, default=-1) + 1), secret_names)
 

@@ -27,22 +27,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import optuna
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from optuna.storages import BaseStorage
 
 from search.errors import BadInput
 from search.names import checked_study_name
+from search.storage import open_storage, sqlite_path
 
 
 def lock_dir(storage: str) -> Path:
     """Where the locks of ``storage``'s studies live: beside an SQLite file, else this user's cache."""
-    try:
-        url = make_url(storage)
-    except ArgumentError:
-        url = None
-    if url is not None and url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return Path(f"{url.database}.locks")
+    path = sqlite_path(storage)
+    if path is not None:
+        return Path(f"{path}.locks")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "search" / "locks" / hashlib.sha256(storage.encode()).hexdigest()[:16]
 
@@ -50,8 +46,9 @@ def lock_dir(storage: str) -> Path:
 class StudyLock:
     """``with StudyLock(storage, name):`` holds study ``name``'s lock, or raises BadInput naming its holder.
 
-    Entering also creates the storage's tables while holding a lock of the whole storage, so that
-    drivers of different studies starting together on a new file do not create them twice.
+    Entering also opens the storage (``opened``, through `search.storage.open_storage`, so a broken
+    one is a one-line BadInput) and creates its tables while holding a lock of the whole storage,
+    so that drivers of different studies starting together on a new file do not create them twice.
     """
 
     def __init__(self, storage: str, study: str) -> None:
@@ -60,6 +57,13 @@ class StudyLock:
         self.directory = lock_dir(storage)
         self.path = self.directory / f"study-{study}.lock"
         self._fd: int | None = None
+        self._opened: BaseStorage | None = None
+
+    @property
+    def opened(self) -> BaseStorage:
+        """The storage, open while the lock is held."""
+        assert self._opened is not None, "the storage is open only inside the lock"
+        return self._opened
 
     def __enter__(self) -> Self:
         try:
@@ -82,7 +86,7 @@ class StudyLock:
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
-            self._create_tables()
+            self._opened = self._open()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -92,12 +96,13 @@ class StudyLock:
         if self._fd is not None:
             os.close(self._fd)  # closing releases the flock; the file stays, so that no later driver races its removal
             self._fd = None
+            self._opened = None
 
-    def _create_tables(self) -> None:
+    def _open(self) -> BaseStorage:
         fd = os.open(self.directory / "storage.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # brief: only while another driver creates the tables
-            optuna.storages.get_storage(self.storage)
+            return open_storage(self.storage, create=True)
         finally:
             os.close(fd)
 

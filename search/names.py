@@ -1,4 +1,4 @@
-"""Study names that become paths: ``trials/<study>/<n>/`` and the study's lock file.
+"""Study names and the trials directory that become paths: ``trials/<study>/<n>/`` and the study's lock file.
 
 A name is a single directory entry, so that a study can never write outside ``trials/``:
 ``--study /abs/path``, ``--study ../../x`` or ``--study ""`` would otherwise put its trials
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from pathlib import Path
 
 from search.errors import BadInput
 
@@ -32,3 +33,14 @@ def checked_study_name(name: str) -> str:
         return name
     raise BadInput(f"study name {name!r} {problem}, and it names the directory trials/<study>/: "
                    "use letters, digits, - and _ (e.g. --study glm5-fp4)")
+
+
+def checked_trials_dir(path: Path) -> Path:
+    """``path`` if trial directories can be made under it: its nearest existing part is a writable
+    directory. Checked before a study starts, so no measured trial is lost for want of a place to put it."""
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor or "."))
+    if not existing.is_dir():
+        raise BadInput(f"--trials-dir {path}: {existing} is not a directory; give a directory for trial artifacts")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"--trials-dir {path}: {existing} is not writable; make it writable or give another directory")
+    return path

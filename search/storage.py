@@ -10,15 +10,20 @@ cannot drift apart; `search.ranking` orders the :class:`TrialView` s built here.
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from search.errors import BadInput
 from search.space import Space, parse_space
@@ -96,21 +101,78 @@ class Constraint(StrEnum):
     CORRECTNESS = "correctness"
 
 
+# --------------------------------------------------------------------------- opening
+
+# How to install a database driver SQLAlchemy imports: psycopg (3), PostgreSQL's, through this project's extra.
+_INSTALL = {"psycopg": "pip install 'search[postgres]'"}
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of an SQLite URL; None for another backend, an in-memory database or a URL that does not parse."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def open_storage(url: str, *, create: bool) -> BaseStorage:
+    """The storage at ``url``: the one place a storage URL is opened, every failure a one-line BadInput.
+
+    ``create`` (only the driver of `study run`) makes a missing SQLite file and the tables; a reading
+    command never does, so `study show nosuch` leaves no empty database behind. Nothing is written
+    to a storage that cannot be opened, so what it holds is kept for the run after the fix.
+    """
+    path = sqlite_path(url)
+    if path is not None:
+        _check_sqlite(url, path, create)
+    try:
+        return optuna.storages.get_storage(url)
+    except ImportError as exc:
+        missing = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc  # Optuna re-raises SQLAlchemy's
+        package = missing.name or "the database's driver"
+        how = _INSTALL.get(package, f"pip install {package}")
+        raise BadInput(f"--storage {url}: this database needs the Python package {package} ({how})") from None
+    except DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+        what = f"{path} is not an SQLite database Optuna can use" if path is not None else "cannot connect"
+        raise BadInput(f"--storage {url}: {what} ({reason}); fix the URL or the server, "
+                       "or give another --storage") from None
+    except (SQLAlchemyError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0]
+        raise BadInput(f"--storage {url}: not a storage URL ({reason}); "
+                       "use sqlite:///FILE.db or postgresql://USER@HOST/DB") from None
+
+
+def _check_sqlite(url: str, path: Path, create: bool) -> None:
+    """A missing, unwritable or misplaced SQLite file, said before SQLAlchemy says it in its words."""
+    if not path.exists():
+        if not create:
+            raise BadInput(f"--storage {url}: {path} does not exist (no study has run there); "
+                           "give the --storage your `search study run` used")
+        if not path.parent.is_dir():
+            raise BadInput(f"--storage {url}: directory {path.parent} does not exist; create it, "
+                           "or give another --storage")
+    elif not path.is_file():
+        raise BadInput(f"--storage {url}: {path} is not a file; give an SQLite file path")
+    elif create and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        raise BadInput(f"--storage {url}: {path} (or its directory) is read-only; make it writable "
+                       "(a study writes every trial), or copy it and give the copy as --storage")
+
+
 # --------------------------------------------------------------------------- loading
-
-
-def study_names(storage: str) -> list[str]:
-    """Names of the studies in ``storage`` (empty when the database is new)."""
-    return [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
 
 
 def load(name: str, storage: str = DEFAULT_STORAGE) -> optuna.Study:
     """An existing study; BadInput naming the studies that exist otherwise."""
-    names = study_names(storage)
+    opened = open_storage(storage, create=False)
+    names = [s.study_name for s in optuna.get_all_study_summaries(opened, include_best_trial=False)]
     if name not in names:
         known = f"studies in {storage}: {', '.join(names)}" if names else f"{storage} holds no studies yet"
         raise BadInput(f"no study named {name!r} ({known}); run `search study run SPACE --study {name}` first")
-    return optuna.load_study(study_name=name, storage=storage)
+    return optuna.load_study(study_name=name, storage=opened)
 
 
 def space_of(study: optuna.Study) -> Space:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from search import correctness
@@ -43,7 +44,7 @@ from search.hosts.base import Host
 from search.loadtest import LevelResult
 from search.lock import StudyLock
 from search.logwatch import Event
-from search.names import checked_study_name
+from search.names import checked_study_name, checked_trials_dir
 from search.optuna_internals import running_trial
 from search.ranking import Ranking
 from search.runner import Hooks, InProcessRunner, Job, Runner
@@ -153,6 +154,7 @@ class StudyRun:
 
     def __post_init__(self) -> None:
         checked_study_name(self.name)  # it names trials/<study>/
+        checked_trials_dir(self.trials_dir)
         if self.runner is not None:
             self._runner: Runner = self.runner
         elif self.host is not None:
@@ -167,11 +169,11 @@ class StudyRun:
     # -- public ---------------------------------------------------------------------------
     def run(self) -> optuna.Study:
         """Create or resume the study, run trials until the budget is spent, then re-measure."""
-        with StudyLock(self.storage, self.name):  # one driver per study, re-measurement included
-            return self._run()
+        with StudyLock(self.storage, self.name) as lock:  # one driver per study, re-measurement included
+            return self._run(lock.opened)
 
-    def _run(self) -> optuna.Study:
-        study = self.study = self._open()
+    def _run(self, storage: BaseStorage) -> optuna.Study:
+        study = self.study = self._open(storage)
         self._recover()
         self.strategy.start(study, self.known)
         with stop_signals_as_interrupt():
@@ -198,9 +200,9 @@ class StudyRun:
         return None if self.timeout_s is None else max(0.0, self.timeout_s - (time.monotonic() - self._began))
 
     # -- setup ----------------------------------------------------------------------------
-    def _open(self) -> optuna.Study:
+    def _open(self, storage: BaseStorage) -> optuna.Study:
         """Create or load the study with the strategy's sampler and pruner: `--sampler` and `--seed` act through it."""
-        study = optuna.create_study(study_name=self.name, storage=self.storage, direction="maximize",
+        study = optuna.create_study(study_name=self.name, storage=storage, direction="maximize",
                                     sampler=self.strategy.sampler, load_if_exists=True,
                                     pruner=self.strategy.pruner or optuna.pruners.NopPruner())
         stored = study.user_attrs.get(StudyAttr.SPACE)

@@ -6,10 +6,13 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
+from optuna.trial import TrialState
 
 from search.hosts.base import MARKER_ENV
 
@@ -72,6 +75,23 @@ def marker_processes(prefix: str) -> dict[int, str]:
 def marker_pids(marker: str) -> list[int]:
     """Live processes carrying exactly this trial marker (what a driver must never leave behind)."""
     return [pid for pid, found in marker_processes(marker).items() if found == marker]
+
+
+def running_server(study: str, storage: str = "sqlite:///studies.db", timeout: float = 60.0) -> tuple[int, str]:
+    """Wait until the study's driver has a server up (a live process carrying the trial marker):
+    its trial number and marker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            trials = optuna.load_study(study_name=study, storage=storage).get_trials(states=(TrialState.RUNNING,))
+        except KeyError:
+            trials = []
+        for t in trials:
+            marker = t.user_attrs.get("marker")
+            if marker and marker_pids(marker):
+                return t.number, marker
+        time.sleep(0.1)
+    raise AssertionError("no trial server came up")
 
 
 def write_space(root: Path, *, time_scale: str = "0.004", landscape: str = TOY_LANDSCAPE,

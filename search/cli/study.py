@@ -131,14 +131,15 @@ def list_studies(storage: str = _STORAGE) -> None:
     import optuna
 
     from search.results import ranking
-    from search.storage import StudyAttr, views
+    from search.storage import StudyAttr, open_storage, views
 
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    opened = open_storage(storage, create=False)
+    summaries = optuna.get_all_study_summaries(opened, include_best_trial=False)
     if not summaries:
         print(f"no studies in {storage}; start one with `search study run SPACE --study NAME`")
         return
     for s in summaries:
-        study = optuna.load_study(study_name=s.study_name, storage=storage)
+        study = optuna.load_study(study_name=s.study_name, storage=opened)
         won = ranking(study).best(views(study)) if StudyAttr.SPACE in study.user_attrs else None
         best = f"best {won.mean:,.0f} tok/s (trial {won.number})" if won and won.mean else "no result yet"
         began = s.datetime_start.strftime("%Y-%m-%d %H:%M") if s.datetime_start else "-"

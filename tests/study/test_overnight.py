@@ -19,7 +19,7 @@ from search.errors import RunFailed
 from search.hosts.emulated import EmulatedHost
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, write_space
+from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, running_server, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -33,26 +33,10 @@ def _driver(workdir: Path, space: Path, study: str, n_trials: int) -> subprocess
         preexec_fn=ctrl_c_reaches)
 
 
-def _running_server(study: str, timeout: float = 60.0) -> tuple[int, str]:
-    """Wait until the study's driver has a server up (a live process carrying the trial marker)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            trials = optuna.load_study(study_name=study, storage=STORAGE).get_trials(states=(TrialState.RUNNING,))
-        except KeyError:
-            trials = []
-        for t in trials:
-            marker = t.user_attrs.get("marker")
-            if marker and marker_pids(marker):
-                return t.number, marker
-        time.sleep(0.1)
-    raise AssertionError("no trial server came up")
-
-
 def test_sigkill_of_the_driver_then_resume_loses_nothing(workdir: Path) -> None:
     space = write_space(workdir, time_scale="0.02")  # a 3.4 s startup: time to kill it mid-trial
     first = _driver(workdir, space, "k", n_trials=2)
-    number, marker = _running_server("k")
+    number, marker = running_server("k")
     first.kill()
     first.wait(30)
     assert marker_pids(marker), "the dead driver's server should still be running (its own session)"
@@ -74,7 +58,7 @@ def test_sigkill_of_the_driver_then_resume_loses_nothing(workdir: Path) -> None:
 def test_ctrl_c_tears_down_and_records_the_trial(workdir: Path) -> None:
     space = write_space(workdir, time_scale="0.02")
     driver = _driver(workdir, space, "c", n_trials=3)
-    number, marker = _running_server("c")
+    number, marker = running_server("c")
     driver.send_signal(signal.SIGINT)
     out, _ = driver.communicate(timeout=60)
     assert driver.returncode == 130, out
@@ -137,7 +121,7 @@ def test_hang_up_tears_down_like_ctrl_c(workdir: Path, sig: signal.Signals) -> N
         [sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space), "--study", "hup",
          "--n-trials", "3", "--emulate", "--remeasure", "0", "--seed", "0"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    number, marker = _running_server("hup")
+    number, marker = running_server("hup")
     driver.send_signal(sig)
     out, _ = driver.communicate(timeout=60)
     assert driver.returncode == 130, out
