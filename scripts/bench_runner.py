@@ -12,7 +12,6 @@ own code path, so the benchmark measures what `search study run` does.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from search.lifecycle import Failure
@@ -34,16 +33,11 @@ def level_result(concurrency: int, running: int, tok_s: float, seconds: float) -
 
 
 class LandscapeRunner(PlayedRunner):
-    """Plays each job on ``sim`` (bench_search.Simulator); ``after(gpu_seconds)`` is called as each one ends."""
+    """Plays each job on ``sim`` (bench_search.Simulator), with the landscape's measurement noise."""
 
-    def __init__(self, sim: Simulator, noise: float, seed: int, after: Callable[[float], None]) -> None:
-        super().__init__(self._timed)
-        self.sim, self.noise, self.rng, self.after = sim, noise, random.Random(seed * 7919 + 1), after
-
-    def _timed(self, job: Job, hooks: Hooks) -> TrialResult:
-        result = self._play(job, hooks)
-        self.after(result.gpu_seconds)
-        return result
+    def __init__(self, sim: Simulator, noise: float, seed: int) -> None:
+        super().__init__(self._play)
+        self.sim, self.noise, self.rng = sim, noise, random.Random(seed * 7919 + 1)
 
     def _play(self, job: Job, hooks: Hooks) -> TrialResult:
         from bench_search import as_failure

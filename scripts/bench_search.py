@@ -51,6 +51,7 @@ from search.errors import BadInput  # noqa: E402
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.settings import DEFAULT, Settings  # noqa: E402
+from search.storage import Attr  # noqa: E402
 from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
 from search.study import Listener, StudyRun  # noqa: E402
 
@@ -372,10 +373,8 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
     curve: list[dict[str, Any]] = []
     gpu = [0.0]
 
-    def after(seconds: float) -> None:
-        gpu[0] += seconds
-
     def trial_done(trial: optuna.trial.FrozenTrial) -> None:
+        gpu[0] += float(trial.user_attrs.get(Attr.GPU_SECONDS, 0.0))  # what the driver recorded for it
         best = run.best()
         true = sim.true_value(dict(best.params)) if best is not None else None
         curve.append({"true": true or 0.0, "gpu_hours": gpu[0] / 3600.0})
@@ -386,7 +385,7 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
         run = StudyRun(space=space, name=f"bench-{kind}-{seed}-{uuid.uuid4().hex[:8]}",
                        storage="sqlite:///:memory:", seed=seed, n_trials=n_trials, remeasure=0,
                        trials_dir=Path(tmp) / "trials", listener=Listener(trial_done=trial_done),
-                       runner=LandscapeRunner(sim, noise, seed, after), searcher=searcher)
+                       runner=LandscapeRunner(sim, noise, seed), searcher=searcher)
         try:
             run.run()
         except RuntimeError as exc:  # a grid sampler that ran out of points ends the study early
