@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import shutil
 import socket
 import tempfile
@@ -374,6 +375,23 @@ class RayRunner:
         return [n["NodeID"] for n in ray.nodes() if n.get("Alive") and RESOURCE in n.get("Resources", {})]
 
 
+# Below Linux's ephemeral range (32768-60999), where bind(0) and outgoing connections take ports
+# from, and above Ray's worker ports (10002-19999): a host's port stays its own for the whole run.
+_SERVER_PORTS = range(20000, 32000)
+
+
+def _server_port() -> int:
+    """A free port for an emulated host's servers, from :data:`_SERVER_PORTS`."""
+    for port in random.sample(_SERVER_PORTS, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_SERVER_PORTS} for an emulated host")
+
+
 def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:
     """A Ray cluster on this machine whose ``hosts`` nodes stand for GPU hosts (tests, benchmark, a dry run).
 
@@ -389,9 +407,7 @@ def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:
     for name in names:
         state = root / name
         state.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as s:  # a free port for this host's servers
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = _server_port()
         cluster.add_node(num_cpus=1, resources={RESOURCE: 1}, env_vars={
             NAME_ENV: name, PORT_ENV: str(port), "SEARCH_EMULATOR_STATE_DIR": str(state)})
     return cluster, names

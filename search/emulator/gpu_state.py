@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,23 +39,41 @@ def json_path(state_dir: Path, gpu: int) -> Path:
     return state_dir / f"gpu{gpu}.json"
 
 
+_CLAIM_RETRY_S = 0.2  # a probe holds its shared lock for microseconds; a holder for the process's life
+
+
 def try_lock(state_dir: Path, gpu: int) -> int | None:
-    """Open and flock the GPU's lock file; the fd (kept for the process's life) or None if held."""
+    """Open and flock the GPU's lock file exclusively; the fd (kept for the process's life) or None if held.
+
+    A refusal is retried for a moment: it may be a probe (:func:`is_held`, from ``nvidia-smi`` or a
+    starting server) rather than an owner, and a rank that lost its claim to a probe would run
+    unseen by every later check.
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    deadline = time.monotonic() + _CLAIM_RETRY_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.005)
 
 
 def is_held(state_dir: Path, gpu: int) -> bool:
-    fd = try_lock(state_dir, gpu)
-    if fd is None:
+    """Whether a process owns the GPU. The probe takes a shared lock, so probes never look like
+    owners to each other (an exclusive probe made two nvidia-smi calls at once see a phantom owner)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    os.close(fd)  # closing drops our probe lock
+    finally:
+        os.close(fd)  # closing drops our probe lock
     return False
 
 

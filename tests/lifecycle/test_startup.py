@@ -162,7 +162,8 @@ def test_autotune_crash_reads_as_a_user_sees_it(make_profile, marker, tmp_path):
 
 @pytest.mark.parametrize("phase", ["loading", "kv_cache"])
 def test_hang_becomes_a_stall_of_that_phase(make_profile, marker, tmp_path, phase):
-    timeouts = {p: 1.0 for p in PHASES}
+    # only the hung phase's timer is short: on a loaded box the phases before it may take over 1 s
+    timeouts = {p: 1.0 if p == phase else 30.0 for p in PHASES}
     host, profile, handle, startup, events = _start(make_profile, marker, tmp_path, f"{phase}:hang", timeouts)
     try:
         assert handle.returncode() is None  # a hang is a live process that says nothing
@@ -171,7 +172,7 @@ def test_hang_becomes_a_stall_of_that_phase(make_profile, marker, tmp_path, phas
         assert "timeout 1 s" in failure.line and failure.message.startswith(f"stalled at {phase}: ")
         assert events[-1].kind == "failure" and events[-1].name == "stall"
         silent = events[-1].time - max(e.time for e in events[:-1])
-        assert 1.0 <= silent < 4.0
+        assert 1.0 <= silent < 10.0  # its own 1 s timer fired, not a later phase's 30 s one
     finally:
         handle.stop()
     assert host.held(profile) == []

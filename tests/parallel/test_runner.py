@@ -62,7 +62,7 @@ def test_a_level_without_a_verdict_ends_the_trial_as_an_infrastructure_fault(
     finally:
         ray.kill(agent)
         ray.shutdown()
-    assert result.outcome == "infrastructure" and result.failure.kind == "no_verdict"
+    assert result.outcome == "infrastructure" and result.failure.kind == "no_verdict", result.failure
     assert result.failure.infrastructure and "no verdict from the driver" in result.failure.message
     assert len(result.levels) == 1  # it stopped at the first level
     assert [kind for kind, _ in unpolled if kind == "level"] == ["level"]  # what no poll took comes back
