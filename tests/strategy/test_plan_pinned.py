@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 import pytest
 
+from search.settings import DEFAULT, Settings
 from search.storage import Attr
 from search.strategy import Strategy
 from search.study import StudyRun
@@ -34,7 +35,7 @@ CASES: list[tuple[str, int | str, int]] = [
 ]
 
 
-def record(landscape: int | str, n_trials: int, seed: int = 0) -> list[dict[str, Any]]:
+def record(landscape: int | str, n_trials: int, seed: int = 0, settings: Settings = DEFAULT) -> list[dict[str, Any]]:
     """Each trial of one driven study, in order: the plan's tag and notes, its state and config."""
     from bench_runner import LandscapeRunner  # on sys.path once bench_search is imported
 
@@ -49,7 +50,7 @@ def record(landscape: int | str, n_trials: int, seed: int = 0) -> list[dict[str,
     with tempfile.TemporaryDirectory() as tmp:
         run = StudyRun(space=problem.space, name="pinned", storage="sqlite:///:memory:", seed=seed, n_trials=n_trials,
                        remeasure=0, trials_dir=Path(tmp) / "trials", runner=LandscapeRunner(sim, noise, seed),
-                       searcher=Strategy(problem.space, "tpe", seed=seed))
+                       searcher=Strategy(problem.space, "tpe", seed=seed, settings=settings))
         study = run.run()
     notes = (Attr.PLAN, Attr.SWEEP_PARAM, Attr.SWEEP_PASS, Attr.PARTNER_OF, Attr.SKIPPED)
     return [{"state": t.state.name, **{k: t.user_attrs[k] for k in notes if k in t.user_attrs}, "params": t.params}
