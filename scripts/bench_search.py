@@ -16,7 +16,8 @@ measured value, judged by its true value) reaches 95% / 99% of the optimum, and 
 within N trials.
 
 ``--settings KEY=VALUE`` (repeatable) runs ours on `search.settings.Settings` with those fields
-changed, e.g. ``--settings noise_margin=0.06 --settings screen=false``: a variant of the strategy
+changed, e.g. ``--settings noise_margin=0.06 --settings screen=false``, or sources of the plan left
+out, ``--settings plan_off=revisit,model`` (`search.settings.PLAN_SOURCES`): a variant of the strategy
 measured without editing it (the peers are unguided and read none of it).
 """
 

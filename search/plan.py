@@ -315,11 +315,6 @@ def cap_read(h: History, fine: bool = False) -> Iterator[Batch]:
                                            Attr.SWEEP_PASS: "kink" if fine else "ladder", Attr.SWEEP_FROM_WORKING: True})
 
 
-def fine_cap_read(h: History) -> Iterator[Batch]:
-    """The second, finer read of the centre's cap (`cap_read` with ``fine``), once the sweep is refining."""
-    return cap_read(h, fine=True)
-
-
 def screen(h: History) -> Iterator[Batch]:
     """The next parameter's screen (its most different value from the centre), if any.
 
@@ -553,7 +548,7 @@ def sources(h: History) -> Iterator[tuple[str, Iterable[Batch]]]:
     yield "screen", screen(h)
     for sweep_pass in range(h.settings.sweep_passes):
         if sweep_pass == 1:
-            yield "fine_cap_read", fine_cap_read(h)
+            yield "fine_cap_read", cap_read(h, fine=True)
         yield "sweep", sweep(h, sweep_pass)
         if sweep_pass == 0:
             yield "inactive", inactive(h)
