@@ -21,8 +21,9 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search.distributions import SpaceLike, discover
 from search.storage import set_constraints
-from search.strategy import SpaceLike, Strategy, discover
+from search.strategy import Strategy
 
 
 class Peer(Strategy):

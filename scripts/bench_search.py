@@ -16,7 +16,8 @@ measured value, judged by its true value) reaches 95% / 99% of the optimum, and 
 within N trials.
 
 ``--settings KEY=VALUE`` (repeatable) runs ours on `search.settings.Settings` with those fields
-changed, e.g. ``--settings noise_margin=0.06 --settings screen=false``: a variant of the strategy
+changed, e.g. ``--settings noise_margin=0.06 --settings screen=false``, or sources of the plan left
+out, ``--settings plan_off=revisit,model`` (`search.settings.PLAN_SOURCES`): a variant of the strategy
 measured without editing it (the peers are unguided and read none of it).
 """
 
@@ -47,12 +48,14 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from bench_peers import PEERS, make_peer  # noqa: E402
 from bench_runner import LandscapeRunner  # noqa: E402
 
+from search.distributions import SpaceLike, discover  # noqa: E402
 from search.errors import BadInput  # noqa: E402
 from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
+from search.moves import grid_values  # noqa: E402
 from search.settings import DEFAULT, Settings  # noqa: E402
 from search.storage import Attr  # noqa: E402
-from search.strategy import SpaceLike, Strategy, discover, grid_values  # noqa: E402
+from search.strategy import Strategy  # noqa: E402
 from search.study import Listener, StudyRun  # noqa: E402
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")

@@ -10,7 +10,7 @@ Planned repairs, the baseline and known configs always run. ``Strategy(memory=Fa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -26,15 +26,14 @@ from search.storage import Attr, Constraint, Outcome, Plan, set_constraints
 _ALWAYS = (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER)
 
 
-def finished(study: optuna.Study) -> list[FrozenTrial]:
+def finished(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """Trials that ran to a verdict (COMPLETE or PRUNED), proposals told without running left out."""
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            if Attr.SKIPPED not in t.user_attrs]
+    return [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and Attr.SKIPPED not in t.user_attrs]
 
 
-def working(study: optuna.Study) -> list[FrozenTrial]:
+def working(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """Finished trials whose server started (completed, or pruned on the ladder)."""
-    return [t for t in finished(study) if t.constraints.get(Constraint.CRASHED, 0) <= 0]
+    return [t for t in finished(trials) if t.constraints.get(Constraint.CRASHED, 0) <= 0]
 
 
 def crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) -> str | None:
@@ -61,13 +60,13 @@ class Memory:
             config = suggest(trial)
             if skips == self.settings.max_skips or trial.user_attrs.get(Attr.PLAN) in _ALWAYS:
                 break
-            reason = self.reason(study, config, asking=trial.number)
+            reason = self.reason(study.get_trials(deepcopy=False), config, asking=trial.number)
             if reason is None:
                 break
             self._tell_skipped(study, trial, reason)
         return trial, config
 
-    def known_crashes(self, study: optuna.Study) -> dict[str, list[Any]]:
+    def known_crashes(self, trials: Sequence[FrozenTrial]) -> dict[str, list[Any]]:
         """Choices that crashed when the sweep changed only that parameter of a working config.
 
         A move from a crashing centre says nothing of its value (the centre's own fault crashed
@@ -77,8 +76,8 @@ class Memory:
         in any config.
         """
         found: dict[str, list[Any]] = {}
-        ran = [t.params for t in working(study)]
-        for t in finished(study):
+        ran = [t.params for t in working(trials)]
+        for t in finished(trials):
             name = t.user_attrs.get(Attr.SWEEP_PARAM)
             categorical = name is not None and isinstance(self.dists.get(name), CategoricalDistribution)
             if (categorical and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and t.constraints.get(Constraint.CRASHED, 0) > 0
@@ -86,19 +85,20 @@ class Memory:
                 found.setdefault(name, []).append(t.params[name])
         return found
 
-    def reason(self, study: optuna.Study, config: Mapping[str, Any], asking: int | None = None) -> str | None:
-        """Why ``config`` should not run: a known crash, or the config of a finished, running or
-        waiting trial (parallel asks see each other's configs only through this: GPSampler has no
+    def reason(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any], asking: int | None = None) -> str | None:
+        """Why ``config`` should not run, by the study's ``trials``: a known crash, or the config of a
+        finished, running or waiting trial (parallel asks see each other's configs only through this: GPSampler has no
         constant liar; a retry waits with the config of a lost trial, which a planned move may
         repeat). ``asking`` is the trial being asked, itself running."""
-        name = crashed_choice(config, self.known_crashes(study))
+        name = crashed_choice(config, self.known_crashes(trials))
         if name is not None:
             return f"{name}={config[name]!r} crashed when the sweep tried it alone"
-        for t in finished(study):
+        for t in finished(trials):
             if same_config(t.params, config):
                 return f"same config as trial {t.number}"
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            if t.number != asking and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config):
+        for t in trials:
+            if (t.state in (TrialState.RUNNING, TrialState.WAITING) and t.number != asking
+                    and Attr.SKIPPED not in t.user_attrs and same_config(enqueued_params(t), config)):
                 return f"same config as {t.state.name.lower()} trial {t.number}"
         return None
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -87,6 +87,10 @@ class Ranking:
     pooled: bool = True
     # The band the model is fitted on (a few samples fewer: every feasible trial) and the guard.
     settings: Settings = DEFAULT
+    # The pooled estimate of each config from (dists, configs, values); another model (or a test's
+    # fit gone wrong) plugs in here, and the guard and band rules hold whatever it says.
+    estimator: Callable[[Mapping[str, BaseDistribution], Sequence[Mapping[str, object]], Sequence[float]],
+                        Sequence[float]] = posterior_means
 
     @classmethod
     def of(cls, space: Space) -> Ranking:
@@ -100,7 +104,7 @@ class Ranking:
             near = max(_value(t) for t in feasible) * (1.0 - self.settings.rank_guard)
             inside = band(feasible, self.settings.rank_band)
             fitted = inside if len(inside) >= self.settings.band_min_points else list(feasible)
-            pooled = posterior_means(self.dists, [t.params for t in fitted], [_value(t) for t in fitted])
+            pooled = self.estimator(self.dists, [t.params for t in fitted], [_value(t) for t in fitted])
             estimate.update({t.number: (_value(t) >= near, float(p)) for t, p in zip(fitted, pooled, strict=True)})
         return estimate
 

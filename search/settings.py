@@ -1,7 +1,8 @@
 """The strategy's constants, in one frozen object the benchmark can vary and the tests can pass.
 
 `search.strategy.Strategy`, its ladder pruner and `search.ranking.Ranking` read every number that
-tunes them from a :class:`Settings`; the product runs on ``Settings()``. Ablating or retuning a rule
+tunes them, and which sources of the plan (`search.plan`) run, from a :class:`Settings`; the product
+runs on ``Settings()``. Ablating or retuning a rule
 is a new ``Settings`` (``scripts/bench_search.py --settings KEY=VALUE``), never a patched module
 constant, so two variants can run side by side in one process.
 """
@@ -14,10 +15,16 @@ from dataclasses import dataclass
 
 from search.errors import BadInput
 
+# The sources of the plan (`search.plan`) that ``Settings.plan_off`` can leave out, each alone; the
+# screen is switched by ``Settings.screen`` (off, the sweep takes every parameter instead).
+PLAN_SOURCES: tuple[str, ...] = ("crash_fix", "repairs", "revisit", "cap_read", "sweep", "fine_cap_read", "inactive",
+                                 "combine", "unordered", "model")
+
 
 @dataclass(frozen=True)
 class Settings:
-    """Every number the search is tuned by; the defaults are what `search study run` uses."""
+    """Every number the search is tuned by, and the plan's sources left out; the defaults are what
+    `search study run` uses."""
 
     # -- the ladder pruner
     prune_ratio: float = 0.6  # a level under this fraction of the best completed trial's at that level is pruned
@@ -37,6 +44,7 @@ class Settings:
     model_candidates: int = 256  # changes of the best configs the model's proposal is chosen among
     model_step: float = 0.1  # their numeric moves: a normal step of this fraction of the range
     model_tops: int = 3  # the best configs (by the model) the candidates change
+    plan_off: tuple[str, ...] = ()  # sources of the plan left out (PLAN_SOURCES; ``--settings plan_off=revisit,model``)
     startup_trials: int = 5  # the TPE / GP samplers' random trials (the baseline and sweep seed them)
     # -- the crash and repeat memory
     max_skips: int = 30  # proposals told without running per ask before a repeat or known crash runs anyway
@@ -48,7 +56,12 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type == "bool":
+            if f.name == "plan_off":
+                unknown = [n for n in value if n not in PLAN_SOURCES] if isinstance(value, tuple) else [repr(value)]
+                if unknown:
+                    raise BadInput(f"setting plan_off: {', '.join(unknown)} is not a source of the plan "
+                                   f"(one of {', '.join(PLAN_SOURCES)})")
+            elif f.type == "bool":
                 if not isinstance(value, bool):
                     raise BadInput(f"setting {f.name}: {value!r} is not true or false")
             elif f.type == "int":
@@ -67,7 +80,8 @@ class Settings:
             if not sep or key not in known:
                 raise BadInput(f"--settings {pair!r}: give KEY=VALUE with KEY one of {', '.join(known)}")
             try:
-                changes[key] = (_boolean(text) if known[key] == "bool"
+                changes[key] = (tuple(n for n in text.split(",") if n) if key == "plan_off"
+                                else _boolean(text) if known[key] == "bool"
                                 else int(text) if known[key] == "int" else float(text))
             except ValueError:
                 raise BadInput(f"--settings {pair!r}: {text!r} is not a {known[key]}") from None

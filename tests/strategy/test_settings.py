@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_varied_applies_typed_pairs_and_leaves_the_default_alone() -> None:
-    varied = DEFAULT.varied(["max_skips=3", "noise_margin=0.06", "screen=false"])
+    varied = DEFAULT.varied(["max_skips=3", "noise_margin=0.06", "screen=false", "plan_off=revisit,model"])
     assert (varied.max_skips, varied.noise_margin, varied.screen) == (3, 0.06, False)
+    assert varied.plan_off == ("revisit", "model") and DEFAULT.plan_off == ()
     assert DEFAULT == Settings() and DEFAULT.max_skips == 30
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULT.max_skips = 3  # type: ignore[misc]
@@ -30,6 +31,7 @@ def test_varied_applies_typed_pairs_and_leaves_the_default_alone() -> None:
     (["noise_margin=1.5"], "setting noise_margin: 1.5 is not a fraction in (0, 1]"),
     (["model_candidates=0"], "setting model_candidates: 0 is not a whole number of at least 1"),
     (["screen=maybe"], "'maybe' is not a bool"),
+    (["plan_off=revisit,nosuch"], "setting plan_off: nosuch is not a source of the plan (one of crash_fix, repairs"),
 ])
 def test_bad_settings_are_refused_naming_the_key(pairs: list[str], message: str) -> None:
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -13,8 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from search.errors import BadInput
+from search.plan import Batch, sweep_values, worth_running
 from search.settings import DEFAULT, Settings
-from search.storage import Outcome
+from search.storage import Attr, Outcome, Plan
 from search.strategy import SAMPLERS, Strategy, make_sampler
 from tests.strategy.fixture import LADDER, FixtureSpace, to_flags
 
@@ -163,7 +164,8 @@ OOM_LINE = ("Exception: Capture cuda graph failed: CUDA out of memory. Possible 
 
 
 def test_named_in_finds_flags_by_prefix_and_env_vars() -> None:
-    from search.strategy import discover, named_in
+    from search.distributions import discover
+    from search.moves import named_in
     dists = discover(FixtureSpace())
     assert named_in(OOM_LINE, dists) == ["--cuda-graph-max-bs-decode", "--mem-fraction-static"]
     assert named_in("NCCL WARN NCCL_MIN_NCHANNELS ignored", dists) == ["NCCL_MIN_NCHANNELS"]
@@ -207,16 +209,16 @@ def test_centre_ignores_a_change_that_only_won_by_noise() -> None:
     strategy.tell(study, trial, "completed", objective=1000.0)
     trial, config = strategy.ask(study)  # first sweep variant
     strategy.tell(study, trial, "completed", objective=1010.0)  # within noise of the baseline
-    assert strategy._centre(study) == (space.baseline, True)
+    assert strategy.history(study).centre == (space.baseline, True)
     trial, config = strategy.ask(study)
     strategy.tell(study, trial, "completed", objective=1500.0)
-    assert strategy._centre(study) == (config, True)
+    assert strategy.history(study).centre == (config, True)
 
 
 def test_screen_values_pick_the_most_different_value() -> None:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from search.strategy import screen_values
+    from search.moves import screen_values
     assert screen_values(CategoricalDistribution([None, 64, 128]), 64) == [None]
     assert screen_values(CategoricalDistribution(["auto", "triton", "cutlass"]), "cutlass") == ["auto"]
     assert screen_values(CategoricalDistribution(["auto", "triton"]), "auto") == ["triton"]
@@ -253,7 +255,7 @@ def test_parameter_inactive_at_the_centre_is_swept_where_it_is_active() -> None:
         if trial.user_attrs.get("sweep_param") == "--cuda-graph-max-bs-decode" and trial.user_attrs["sweep_pass"] == 0:
             break
         strategy.tell(study, trial, "completed", objective=1500.0 if config["--disable-cuda-graph"] else 1000.0)
-    assert strategy._centre(study)[0]["--disable-cuda-graph"] is True
+    assert strategy.history(study).centre[0]["--disable-cuda-graph"] is True
     assert trial.user_attrs.get("sweep_param") == "--cuda-graph-max-bs-decode"
     assert config["--disable-cuda-graph"] is False
 
@@ -267,7 +269,7 @@ def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, k
             strategy.tell(study, trial, "crashed", failure={"kind": kind, "phase": "autotune", "line": "x", "message": ""})
             break
         strategy.tell(study, trial, "completed", objective=1000.0)
-    assert (strategy.memory.known_crashes(study) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
+    assert (strategy.memory.known_crashes(study.get_trials()) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
 
 
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
@@ -281,7 +283,7 @@ def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
         strategy.tell(study, trial, "crashed", failure={"kind": "crash", "phase": "autotune", "line": "x", "message": ""})
     crashed = [t for t in study.trials if t.user_attrs.get("outcome") == "crashed"]
     assert any(t.params.get("--disable-cuda-graph") for t in crashed)
-    assert strategy.memory.known_crashes(study) == {}
+    assert strategy.memory.known_crashes(study.get_trials()) == {}
 
 
 def test_bench_flag_composer_matches_render_and_parse() -> None:
@@ -333,7 +335,8 @@ SEED_OOM_ADVICE = [  # what the log watcher keeps after SGLang's graph-capture O
 def test_advice_reads_direction_and_value_per_flag() -> None:
     from optuna.distributions import CategoricalDistribution
 
-    from search.strategy import advice, discover
+    from search.distributions import discover
+    from search.moves import advice
     dists = discover(FixtureSpace())
     assert advice("\n".join(SEED_OOM_ADVICE), dists) == {
         "--mem-fraction-static": ("down", None), "--cuda-graph-max-bs-decode": ("down", None),
@@ -351,7 +354,7 @@ def test_advice_reads_direction_and_value_per_flag() -> None:
 def test_toward_moves_one_grid_step_the_advised_way() -> None:
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from search.strategy import toward
+    from search.moves import toward
     fraction = FloatDistribution(0.80, 0.95, step=0.01)
     assert toward(fraction, 0.92, ("down", None)) == 0.91  # grid 0.80, 0.84, 0.87, 0.91, 0.95
     assert toward(fraction, 0.88, ("down", None)) == 0.87
@@ -467,7 +470,7 @@ def test_top_ranks_by_the_pooled_estimate_not_the_luckiest_measurement() -> None
 
 
 def test_running_peak_is_read_only_inside_the_ladder() -> None:
-    from search.strategy import running_peak
+    from search.moves import running_peak
     peak = running_peak([(64.0, 900.0), (256.0, 2000.0), (512.0, 1800.0), (1024.0, 1000.0)])
     assert peak is not None and 64.0 < peak < 512.0
     assert running_peak([(64.0, 900.0), (256.0, 1500.0), (512.0, 1800.0)]) is None  # still rising
@@ -501,7 +504,7 @@ def test_the_cap_is_read_off_the_ladder_and_a_capped_trial_is_no_centre() -> Non
     assert trial.user_attrs["sweep_pass"] == "ladder"
     assert 64 < config["--max-running-requests"] < 512
     assert config == {**uncapped, "--max-running-requests": config["--max-running-requests"]}
-    assert strategy._centre(study) == (uncapped, True)
+    assert strategy.history(study).centre == (uncapped, True)
     nxt, _ = strategy.ask(study)
     assert nxt.user_attrs.get("sweep_pass") != "ladder"  # read once per slice
 
@@ -519,7 +522,7 @@ def test_a_change_whose_revisit_lost_is_not_revisited_again() -> None:
         value = 1000.0 * (2.0 if low_mem else 1.0) * (1.5 if config["NCCL_MIN_NCHANNELS"] == 32 else 1.0) \
             * (1.03 if config["--moe-runner-backend"] == "auto" and not low_mem else 1.0)
         strategy.tell(study, trial, "completed", objective=value)
-    centre, _ = strategy._centre(study)
+    centre, _ = strategy.history(study).centre
     assert centre["NCCL_MIN_NCHANNELS"] == 32 and centre["--mem-fraction-static"] == 0.80
     assert [r.get("--moe-runner-backend") for r in revisits].count("auto") == 1
 
@@ -559,8 +562,8 @@ def test_a_planned_move_equal_to_a_waiting_retry_is_not_enqueued() -> None:
     strategy.tell(study, lost, "infrastructure", failure={"kind": "worker_lost", "phase": "starting", "line": "",
                                                           "message": ""})
     strategy.tell(study, baseline, "completed", objective=900.0)
-    assert strategy.memory.reason(study, config) == f"same config as waiting trial {lost.number + 1}"
-    assert not strategy._enqueue(study, [config], {"strategy": "sweep"})
+    assert strategy.memory.reason(study.get_trials(), config) == f"same config as waiting trial {lost.number + 1}"
+    assert not worth_running(strategy.history(study), Batch([config], {Attr.PLAN: Plan.SWEEP}))
     asked = [strategy.ask(study)[1] for _ in range(3)]
     assert asked[0] == config and config not in asked[1:]
 
@@ -586,15 +589,15 @@ def test_the_cap_sweep_skips_caps_the_centres_ladder_measured() -> None:
         strategy.start(study, known=[uncapped])
         _run_ladder(strategy, study, [900.0] * 4)
         _run_ladder(strategy, study, ladder)
-        assert strategy._sweep_values(study, uncapped, "--max-running-requests", 0) == left
-    assert strategy._sweep_values(study, space.baseline, "--max-running-requests", 0) == [32, 256, 2048]
+        assert sweep_values(strategy.history(study), uncapped, "--max-running-requests", 0) == left
+    assert sweep_values(strategy.history(study), space.baseline, "--max-running-requests", 0) == [32, 256, 2048]
 
 
 def test_the_sweep_skips_a_value_next_to_the_centres_and_one_that_lost_by_far() -> None:
     """A cap removed doubles throughput and 32 NCCL channels add 10%, so the centre moves twice. The
     memory fraction's screen, 0.80, halved throughput on the way: the sweep from the last centre
     tries only 0.95 of its grid, not 0.80 again nor 0.87, next to the centre's 0.88."""
-    from search.strategy import grid_values
+    from search.moves import grid_values
     space, strategy, study = _started()
     assert grid_values(strategy._dists["--mem-fraction-static"], DEFAULT.numeric_points) == [0.80, 0.87, 0.95]
 
@@ -606,12 +609,12 @@ def test_the_sweep_skips_a_value_next_to_the_centres_and_one_that_lost_by_far() 
     asked = _drive(strategy, study, 16, level)
     memory_sweep = [t for t in asked if t.user_attrs.get("sweep_param") == "--mem-fraction-static"
                     and t.user_attrs["sweep_pass"] == 0]
-    assert strategy._centre(study)[0]["NCCL_MIN_NCHANNELS"] == 32
+    assert strategy.history(study).centre[0]["NCCL_MIN_NCHANNELS"] == 32
     assert [study.trials[t.number].params["--mem-fraction-static"] for t in memory_sweep] == [0.95]
 
 
 def test_running_kink_meets_the_lines_either_side_of_the_highest_point() -> None:
-    from search.strategy import running_kink
+    from search.moves import running_kink
 
     def rate(running: float) -> float:  # rises to a kink at 160 running requests, then falls steeply
         return 2600 * running / (running + 60) * min(1.0, (160 / running) ** 0.8)
@@ -709,16 +712,17 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
         assert any(0 < len(c) <= 2 and c <= numeric for c in changes)
 
 
-def test_a_config_measured_far_below_the_best_is_not_ranked_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_config_measured_far_below_the_best_is_not_ranked_first() -> None:
     """Whatever the model estimates (here a fit that collapsed and ranks backwards, as one can on a
     sharp optimum), the first of the ranking was measured within ``rank_guard`` of the best."""
-    import search.ranking as ranking_module
+    from search.ranking import Ranking
+    from search.storage import views
     space = FixtureSpace()
     strategy = Strategy(space, seed=0)
     study = _study(strategy)
     _completed(space, strategy, study, [({"NCCL_MIN_NCHANNELS": n}, v) for n, v in
                                         [(1, 900.0), (2, 1000.0), (4, 980.0), (8, 920.0), (16, 960.0)]])
-    monkeypatch.setattr(ranking_module, "posterior_means", lambda dists, configs, values: [-v for v in values])
-    ranked = [t.value for t in strategy.top(study, 5)]
+    backwards = Ranking(strategy.ranking.dists, estimator=lambda dists, configs, values: [-v for v in values])
+    ranked = [t.value for t in backwards.top(views(study), 5)]
     assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
     assert sorted(ranked[3:]) == [900.0, 920.0]
