@@ -112,3 +112,24 @@ def test_sglang_log_ms_is_read_as_envbool(value: str, ms: bool) -> None:
     from search.emulator.launch import env_bool
 
     assert env_bool({"SGLANG_LOG_MS": value}, "SGLANG_LOG_MS", False) is ms
+
+
+@pytest.mark.parametrize(("version", "args", "autotunes"), [
+    ("0.5.23", [], True),  # modelopt_fp4, --fp4-gemm-backend auto: the FP4 GEMM autotune
+    ("0.5.23", ["--fp4-gemm-backend", "flashinfer_cudnn"], False),
+    ("0.5.23", ["--disable-flashinfer-autotune"], False),
+    ("0.5.9", [], False),
+])
+def test_seed_landscape_autotunes_the_fp4_gemm_on_0_5_23(tmp_path: Path, version: str, args: list[str],
+                                                          autotunes: bool) -> None:
+    """The built-in landscape follows 0.5.23's rule (flashinfer_autotune.py:135): the modelopt_fp4
+    model's GEMM is autotuned even with a MoE backend that is not."""
+    from search.emulator.config import Settings
+    from search.emulator.landscape import Landscape
+    from search.emulator.launch import parse_flags, plan
+
+    settings = Settings.from_env({"SEARCH_EMULATOR_SGLANG_VERSION": version, "SEARCH_EMULATOR_STATE_DIR": str(tmp_path)})
+    flags = parse_flags(version, ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "triton", *args])
+    the_plan = plan(settings, flags, {}, Landscape.load(None))
+    assert the_plan["autotune"] is autotunes
+    assert (the_plan["seconds"]["autotune"] > 0) is autotunes
