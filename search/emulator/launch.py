@@ -59,6 +59,18 @@ def fp4_gemm_autotunes(flags: dict[str, Any]) -> bool:
     return quantization in _FP4_QUANTIZATIONS and flags.get("fp4_gemm_runner_backend") in _FP4_AUTOTUNED_GEMMS
 
 
+def nan_warning(version: str, flags: dict[str, Any], env: dict[str, str]) -> str | None:
+    """How the version reports NaN logits: "every_step" (up to 0.5.9 with --enable-nan-detection:
+    layers/sampler.py warns at each sampling step), "once" (0.5.23 with SGLANG_SANITIZE_NAN_LOGITS:
+    utils/async_probe.py sanitizes and warns once), else None (nothing is logged; NaN flows on).
+    0.5.23's SGLANG_ENABLE_NAN_LOGITS_CHECK / SGLANG_ENABLE_ASYNC_ASSERT turn the warning into a
+    device-side assert, which the emulator does not play (None)."""
+    if "enable_nan_detection" in flags:  # the flag exists up to 0.5.9
+        return "every_step" if flags["enable_nan_detection"] else None
+    asserts = env_bool(env, "SGLANG_ENABLE_NAN_LOGITS_CHECK", False) or env_bool(env, "SGLANG_ENABLE_ASYNC_ASSERT", False)
+    return "once" if env_bool(env, "SGLANG_SANITIZE_NAN_LOGITS", False) and not asserts else None
+
+
 def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
     """Every dest of the version's parser; argparse itself prints usage/errors and exits 2.
 
@@ -136,6 +148,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "context_len": flags.get("context_length") or MODEL["context_len"],
         "graph_bs": [b for b in capture if b <= mrr],
         "corrupt": landscape.corrupt(flags, env),
+        "nan_warning": nan_warning(settings.version, flags, env) if landscape.corrupt(flags, env) else None,
     }
 
 

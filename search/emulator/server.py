@@ -47,16 +47,34 @@ class Emulator:
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
         self.rank0 = Logger(settings.version, 0 if plan["tp"] > 1 else None, plan["log_ms"])
         graph, prefill_graph = str(plan["cuda_graph"]), str(plan["prefill_graph"])
+        # NaN logits (the landscape's `corrupt`), where the version's switches make SGLang say so
+        # (launch.nan_warning): every rank's sampler warns, and the server serves on.
+        self.nan_ranks = [Logger(settings.version, r if plan["tp"] > 1 else None, plan["log_ms"])
+                          for r in range(plan["tp"])] if plan.get("nan_warning") else []
         self.scheduler = Scheduler(
             rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
             stream_interval=int(flags.get("stream_interval") or 1), kv_tokens=plan["kv_tokens"],
             noise=settings.noise, seed=settings.seed, log_interval=int(flags.get("decode_log_interval") or 40),
-            on_prefill=lambda seqs, new, running, queued, usage, rate: self.rank0.say(
+            on_prefill=lambda seqs, new, running, queued, usage, rate: self.batch_line(
                 "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate,
                 prefill_graph=prefill_graph),
-            on_decode=lambda running, toks, queued, usage, rate: self.rank0.say(
+            on_decode=lambda running, toks, queued, usage, rate: self.batch_line(
                 "decode", running=running, tokens=toks, queued=queued, usage=usage, rate=rate, graph=graph),
             record=bool(flags.get("enable_metrics")))
+
+    def batch_line(self, key: str, **values: object) -> None:
+        self.rank0.say(key, **values)
+        self.nan()
+
+    def nan(self) -> None:
+        """The sampler's NaN warning on every rank, at each batch line the emulator logs (up to
+        0.5.9 `--enable-nan-detection` warns at every step, layers/sampler.py:67); 0.5.23's
+        sanitizer warns once per process (utils/async_probe.py:41, its `msg` from
+        layers/sampler.py:145)."""
+        for log in self.nan_ranks:
+            log.say("nan", where="sampler: next_token_logits")
+        if self.plan.get("nan_warning") == "once":
+            self.nan_ranks = []
 
     # --- request handling -------------------------------------------------------------------
     def new_request(self, prompt: str | list[int], prompt_tokens: int, max_tokens: int | None, ignore_eos: bool,
