@@ -8,6 +8,7 @@ that fails sends SIGQUIT; the main process then logs SGLang's line and kills its
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import zlib
@@ -71,11 +72,12 @@ def nan_warning(version: str, flags: dict[str, Any], env: dict[str, str]) -> str
     return "once" if env_bool(env, "SGLANG_SANITIZE_NAN_LOGITS", False) and not asserts else None
 
 
-def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
+def parse_flags(version: str, argv: list[str], deprecations: list[str] | None = None) -> dict[str, Any]:
     """Every dest of the version's parser; argparse itself prints usage/errors and exits 2.
 
     A `--config FILE.yaml` is inlined first, as SGLang's `prepare_server_args` does; a bad file
-    fails as SGLang's ValueError does (exit 1).
+    fails as SGLang's ValueError does (exit 1). The deprecation warnings of SGLang's actions are
+    appended to `deprecations` (printed by `print_deprecations`), not logged.
     """
     manifest = manifests.load(version)
     try:
@@ -83,7 +85,36 @@ def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
     except manifests.ManifestError as exc:
         print(f"ValueError: {exc}", file=sys.stderr)
         raise SystemExit(1) from exc
-    return vars(manifest.parser().parse_args(argv))
+    parser = manifest.parser()
+    quiet = logging.getLogger(manifests.__name__)
+    was = quiet.disabled
+    quiet.disabled = True  # the manifest's parser would log them plainly
+    try:
+        flags = vars(parser.parse_args(argv))
+    finally:
+        quiet.disabled = was
+    if deprecations is not None:
+        deprecations += getattr(parser, "warnings", [])
+    return flags
+
+
+# 0.5.23 words these retired flags in its post-parse hooks (arg_groups/serving_hook.py), uncoloured,
+# when the flag it points to is not given too; the others go through print_deprecated_warning.
+_HOOK_DEPRECATIONS = {"--enable-flashinfer-allreduce-fusion": ("deprecated_allreduce_fusion",
+                                                               "flashinfer_allreduce_fusion_backend"),
+                      "--grpc-mode": ("deprecated_grpc_mode", "smg_grpc_mode"),
+                      "--disable-fast-image-processor": ("deprecated_image_processor", None)}
+
+
+def print_deprecations(log: Logger, flags: dict[str, Any], messages: list[str]) -> None:
+    """The warnings of retired flags as the version logs them (templates.yaml `deprecated*`)."""
+    for message in messages:
+        option = message.split(" ", 1)[0]
+        hook = _HOOK_DEPRECATIONS.get(option) if "deprecated_allreduce_fusion" in log.words else None
+        if hook is None:
+            log.warn_at("deprecated", message=message)
+        elif hook[1] is None or not flags.get(hook[1]):
+            log.warn_at(hook[0])
 
 
 def tp_size(flags: dict[str, Any]) -> int:
@@ -239,8 +270,9 @@ class Ranks:
 
 def main(argv: list[str]) -> int:
     settings = Settings.from_env()
+    deprecations: list[str] = []
     try:
-        flags = parse_flags(settings.version, argv)
+        flags = parse_flags(settings.version, argv, deprecations)
     except SystemExit as exc:
         return int(exc.code or 0)
     env = dict(os.environ)
@@ -251,6 +283,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log = Logger(settings.version, None, the_plan["log_ms"])
+    print_deprecations(log, flags, deprecations)
     log.raw("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in flags.items()) + ")")
     gpus = gpus_of(flags, env)
     the_plan["occupants"] = [asdict(o) if o else None for o in

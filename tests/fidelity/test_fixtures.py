@@ -232,3 +232,43 @@ def test_there_are_fixtures_of_every_version() -> None:
     assert {_version(p) for p in FIXTURES} == set(logs.VERSIONS)
     assert not [p for p in FIXTURES if ANSI.search(p.read_text()) and "1;33m" not in p.read_text()], \
         "ANSI colour in a fixture other than SGLang's deprecation warning (print_deprecated_warning)"
+
+
+@pytest.mark.parametrize("version", logs.VERSIONS)
+def test_emulator_deprecation_warnings_are_the_versions_own(version: str) -> None:
+    """Every retired flag of the version's manifest: the emulator's warning is the real text at the
+    real logging call (print_deprecated_warning's ANSI wrapper around the action's message, or
+    0.5.23's post-parse hook), and the watcher reads it as no failure."""
+    import io
+
+    from search import manifests
+    from search.emulator.launch import parse_flags, print_deprecations
+    from search.logwatch import LogClassifier
+
+    manifest = manifests.load(version)
+    retired = [f for f in manifest.flags if "deprecated" in str(f.kind) or f.replacement]
+    assert retired
+    for flag in retired:
+        option = flag.options[0]
+        args = [option] if flag.nargs in (0, None) and "store" in str(flag.kind) or flag.kind == "deprecated" \
+            else [option, str(flag.choices[0]) if flag.choices else "1"]
+        messages: list[str] = []
+        try:
+            flags = parse_flags(version, ["--model-path", "m", *args], messages)
+        except SystemExit:  # a retired flag SGLang refuses outright (error_message)
+            continue
+        out = io.StringIO()
+        print_deprecations(logs.Logger(version, None, False, out), flags, messages)
+        lines = out.getvalue().splitlines()
+        assert lines, f"{version} {option}: no warning"
+        classifier = LogClassifier(version)
+        for line in lines:
+            message = line[PREFIX.match(line).end():]  # type: ignore[union-attr]
+            level = LEVEL_AT.match(message)
+            assert level, line
+            text = message[level.end():]
+            assert _at_file_line(version, level["file"], int(level["line"]), text), f"{version} {option}: {line!r}"
+            inner = re.fullmatch(r"\x1b\[1;33m(.*)\x1b\[0m", text, re.DOTALL)
+            assert inner is None or _is_real(version, inner.group(1)), f"{version} {option}: {line!r}"
+            classifier.feed(line)
+        assert classifier.failure is None and classifier.phase == "starting", (version, option, classifier.failure)
