@@ -72,6 +72,19 @@ def nan_warning(version: str, flags: dict[str, Any], env: dict[str, str]) -> str
     return "once" if env_bool(env, "SGLANG_SANITIZE_NAN_LOGITS", False) and not asserts else None
 
 
+def multithread_load(version: str, flags: dict[str, Any]) -> bool:
+    """--model-loader-extra-config's `enable_multithread_load`: the default loader of 0.5.23 is the
+    multi-thread one (model_loader/loader.py:613), of 0.5.9 and 0.5.8.post1 the one-file-at-a-time
+    one (loader.py:479 / :506). A value that is not a JSON object keeps the default here (SGLang
+    would refuse it at load)."""
+    default = version not in ("0.5.8.post1", "0.5.9")
+    try:
+        extra = json.loads(flags.get("model_loader_extra_config") or "{}")
+    except ValueError:
+        return default
+    return bool(extra.get("enable_multithread_load", default)) if isinstance(extra, dict) else default
+
+
 def parse_flags(version: str, argv: list[str], deprecations: list[str] | None = None) -> dict[str, Any]:
     """Every dest of the version's parser; argparse itself prints usage/errors and exits 2.
 
@@ -172,6 +185,9 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "quantization": flags.get("quantization") or MODEL["quantization"],
         "balance_check": balance_check(settings.version, env), "base_gpu_id": int(flags.get("base_gpu_id") or 0),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
+        "shards_desc": "shards_desc" if multithread_load(settings.version, flags) == (settings.version not in (
+            "0.5.8.post1", "0.5.9")) else "shards_desc_other",
+        "skip_server_warmup": bool(flags.get("skip_server_warmup")),
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,
         "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": mrr,
         "chunked_prefill_size": flags.get("chunked_prefill_size") or 8192,

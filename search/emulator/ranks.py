@@ -142,7 +142,7 @@ class Rank:
         # it loads: never at once, so a rank on a free GPU raising at the balance check (no work
         # after the collective) is first, as it is on real GPUs.
         fits = int(self.free_gib(self.rank) // shard_gib) if self.occupant else total
-        bar = self.log.bar("shards_bar", total, seconds, self.log.words["shards_desc"]) if self.rank == 0 else None
+        bar = self.log.bar("shards_bar", total, seconds, self.log.words[self.plan["shards_desc"]]) if self.rank == 0 else None
         for done in range(1, total + 1):
             self.sleep(seconds / total)
             if done > fits:

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 import uvicorn
@@ -42,6 +42,7 @@ class Emulator:
                  settings: Settings, log: Logger) -> None:
         self.flags, self.env, self.plan, self.log = flags, env, plan, log
         self.ready = False
+        self.on_first_request: Callable[[], None] | None = None
         self.started = time.time()
         self.launch_command = sys.argv[1:]  # server_args.py:717: the argv prepare_server_args was given
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
@@ -80,6 +81,9 @@ class Emulator:
     def new_request(self, prompt: str | list[int], prompt_tokens: int, max_tokens: int | None, ignore_eos: bool,
                     temperature: float) -> tuple[Request, int]:
         """max_tokens None: no limit but the context, as SGLang's scheduler clamps an unset one."""
+        if self.on_first_request is not None:
+            first, self.on_first_request = self.on_first_request, None
+            first()
         seed = tokens.seed_of(prompt)
         if temperature > 0:
             seed ^= int.from_bytes(os.urandom(8), "little")
@@ -342,7 +346,9 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     else:
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
     end_b = b',"matched_stop":null}]'
-    include_usage = bool(stream_options.get("include_usage"))
+    # utils.py should_include_usage (0.5.23): --stream-response-default-include-usage adds the usage
+    # chunk whether or not the request asks for it (0.5.9 has no such flag).
+    include_usage = bool(stream_options.get("include_usage")) or bool(emu.flags.get("stream_response_default_include_usage"))
     # serving_completions.py:395 / serving_chat.py:3691 (0.5.23): the running usage in every chunk.
     continuous = bool(stream_options.get("continuous_usage_stats"))
 
@@ -432,6 +438,16 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
     """
     while not server.started:
         await asyncio.sleep(0.01)
+    if emu.plan.get("skip_server_warmup"):
+        # http_server.py _wait_and_warmup (0.5.23:2589, 0.5.9:1829): no warmup request, the server
+        # is Up at once; the forward it would have run (and its failure) comes with the first request.
+        emu.ready = True
+        emu.on_first_request = lambda: _first_forward(emu, ranks)
+        if emu.log.version == "0.5.23":
+            async with httpx.AsyncClient(base_url=base, timeout=None) as client:
+                await client.post("/freeze_gc")
+        emu.log.say("ready")
+        return
     await asyncio.sleep(time_scale)
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await client.get("/model_info")
@@ -447,6 +463,16 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
         if emu.log.version == "0.5.23":  # _freeze_gc_after_server_warmup (http_server.py:2597)
             await client.post("/freeze_gc")
     emu.log.say("ready")
+
+
+def _first_forward(emu: Emulator, ranks: Any) -> None:
+    """Under --skip-server-warmup the first request runs the forward the warmup would have: a
+    landscape's warmup failure strikes there (the rank crashes and SIGQUITs us), a hang stops
+    decoding."""
+    ranks.sigquit_line = "sigquit_running"
+    ranks.send("warmup")
+    if emu.plan["hang"] == "warmup":
+        emu.scheduler.freeze()
 
 
 def _warmup_failed(log: Logger, ranks: Any, host: str, port: int, time_scale: float) -> None:

@@ -84,3 +84,20 @@ def test_info_routes_are_the_real_ones(start, small_landscape) -> None:  # noqa:
         assert c.get("/ready").status_code == 200 and c.get("/ping").status_code == 200
         frozen = c.post("/freeze_gc")
         assert frozen.status_code == 200 and frozen.text == "Garbage collection frozen.\n"
+
+
+@pytest.mark.parametrize(("flag", "options", "usage"), [
+    ([], None, False), (["--stream-response-default-include-usage"], None, True),
+    (["--stream-response-default-include-usage"], {"include_usage": False}, True), ([], {"include_usage": True}, True),
+])
+def test_default_include_usage_flag(start, small_landscape, flag: list[str], options: dict[str, Any] | None,  # noqa: F811
+                                    usage: bool) -> None:
+    """utils.py should_include_usage: the flag adds the usage chunk whatever stream_options say."""
+    server = start(["--model-path", "m", *flag], **small_landscape)
+    server.wait_ready()
+    body: dict[str, Any] = {"prompt": "hi", "max_tokens": 2, "stream": True, "ignore_eos": True}
+    if options is not None:
+        body["stream_options"] = options
+    with client(server) as c:
+        events = _events(c.post("/v1/completions", json=body).text)
+    assert (json.loads(events[-1])["choices"] == []) is usage
