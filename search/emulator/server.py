@@ -167,12 +167,15 @@ def _messages(value: Any) -> tuple[str, int]:
     return joined, sum(tokens.count(text) + 4 for text in texts) + 3
 
 
-def _usage(prompt: int, completion: int, *, exclude_none: bool = False) -> dict[str, int | None]:
-    """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221) as pydantic dumps it; the stream's
-    usage chunk drops the null fields (exclude_none)."""
+def _usage(prompt: int, completion: int, *, exclude_none: bool = False, legacy: bool = False) -> dict[str, int | None]:
+    """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221; 0.5.9 :131 and 0.5.8.post1 :105,
+    `legacy`, have no completion_tokens_details) as pydantic dumps it; a usage chunk dumped with
+    exclude_none drops the null fields."""
     usage: dict[str, int | None] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                                     "completion_tokens": completion, "prompt_tokens_details": None,
-                                    "reasoning_tokens": 0, "completion_tokens_details": None}
+                                    "reasoning_tokens": 0}
+    if not legacy:
+        usage["completion_tokens_details"] = None
     return {k: v for k, v in usage.items() if v is not None} if exclude_none else usage
 
 
@@ -196,14 +199,28 @@ def build_app(emu: Emulator) -> FastAPI:
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health_generate", health, methods=["GET"])
 
-    async def ready() -> Response:  # /ready and /ping: 200 once the warmup request went through
+    legacy = emu.log.version != "0.5.23"
+
+    async def ready() -> Response:  # 0.5.23 /ready and /ping: 200 once the warmup request went through
         return Response(status_code=200 if emu.ready else 503)
 
-    app.add_api_route("/ready", ready, methods=["GET"])
-    app.add_api_route("/ping", ready, methods=["GET"])
+    async def ping() -> Response:  # 0.5.9 http_server.py:1592 (SageMaker): 200 whenever it answers
+        return Response(status_code=200)
+
+    if not legacy:  # /ready is 0.5.23's (http_server.py:714)
+        app.add_api_route("/ready", ready, methods=["GET"])
+    app.add_api_route("/ping", ping if legacy else ready, methods=["GET"])
 
     async def model_info() -> dict[str, Any]:
-        """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias)."""
+        """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias); 0.5.9
+        http_server.py:554 and 0.5.8.post1 :542 have fewer keys (weight_version given twice there:
+        the first place holds)."""
+        if legacy:
+            return {"model_path": emu.flags.get("model_path"),
+                    "tokenizer_path": emu.flags.get("tokenizer_path") or emu.flags.get("model_path"),
+                    "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                    "has_image_understanding": False, "has_audio_understanding": False,
+                    "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
         return {"model_path": emu.flags.get("model_path"), "served_model_name": emu.model,
                 "tokenizer_path": emu.flags.get("tokenizer_path") or emu.flags.get("model_path"),
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
@@ -212,13 +229,25 @@ def build_app(emu: Emulator) -> FastAPI:
                 "disaggregation_mode": emu.flags.get("disaggregation_mode"), "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
 
+    async def get_model_info() -> dict[str, Any]:
+        emu.log.say("get_model_info_deprecated")
+        return await model_info()
+
     app.add_api_route("/model_info", model_info, methods=["GET"])
-    app.add_api_route("/get_model_info", model_info, methods=["GET"])
+    app.add_api_route("/get_model_info", get_model_info, methods=["GET"])
 
     async def server_info() -> dict[str, Any]:
         """0.5.23 http_server.py:864 server_info: the resolved flags, the launch command, the
         scheduler's ready handshake (scheduler.py:1943), the internal states per DP rank."""
         s = emu.scheduler
+        if legacy:  # 0.5.9 http_server.py:593: server args, the scheduler's handshake, states, version
+            return {**emu.flags, "status": "ready", "max_total_num_tokens": emu.plan["kv_tokens"],
+                    "max_req_input_len": min(emu.plan["context_len"], emu.plan["kv_tokens"]) - 1,
+                    "internal_states": [{"last_gen_throughput": s.stats.last_gen_throughput,
+                                         "memory_usage": {"weight": emu.plan["weights_gib"],
+                                                          "kvcache": emu.plan["pool_gib"] - emu.plan["weights_gib"]},
+                                         "effective_max_running_requests_per_dp": s.cap}],
+                    "version": emu.plan["version"]}
         return {**emu.flags, "launch_command": emu.launch_command, "status": "ready",
                 "max_total_num_tokens": emu.plan["kv_tokens"],
                 "max_req_input_len": min(emu.plan["context_len"], emu.plan["kv_tokens"]) - 1,
@@ -229,8 +258,12 @@ def build_app(emu: Emulator) -> FastAPI:
                                      "effective_max_running_requests_per_dp": s.cap}],
                 "version": emu.plan["version"], "frontend": "python"}
 
+    async def get_server_info() -> dict[str, Any]:
+        emu.log.say("get_server_info_deprecated")
+        return await server_info()
+
     app.add_api_route("/server_info", server_info, methods=["GET"])
-    app.add_api_route("/get_server_info", server_info, methods=["GET"])
+    app.add_api_route("/get_server_info", get_server_info, methods=["GET"])
 
     @app.api_route("/freeze_gc", methods=["GET", "POST"])
     async def freeze_gc() -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
@@ -275,12 +308,28 @@ def build_app(emu: Emulator) -> FastAPI:
         req, seed = emu.new_request(prompt, n_prompt, _int(params, "max_new_tokens", 128), ignore_eos, temperature)
         rid = uuid.uuid4().hex
 
+        legacy = emu.log.version != "0.5.23"
+
         def payload(n: int) -> dict[str, Any]:
+            """tokenizer_manager._handle_batch_output (0.5.23:2507, 0.5.9:1494): text and output_ids
+            so far (stream_output off), meta_info in its order; the finish reason is
+            FINISH_LENGTH / FINISH_MATCHED_TOKEN's to_json (schedule_batch.py); e2e_latency once done."""
             done = req.state == "done" and n >= req.target
-            return {"text": emu.text(seed, 0, n), "meta_info": {
-                "id": rid, "finish_reason": {"type": req.finish_reason} if done else None,
-                "prompt_tokens": n_prompt, "completion_tokens": n, "cached_tokens": 0,
-                "e2e_latency": time.monotonic() - req.arrived}}
+            finish = None
+            if done:
+                finish = {"type": "length", "length": req.target} if req.finish_reason == "length" \
+                    else {"type": "stop", "matched": tokens.EOS_ID}
+            meta: dict[str, Any] = {"id": rid, "finish_reason": finish, "prompt_tokens": n_prompt,
+                                    "weight_version": "default"}
+            if legacy:
+                meta["total_retractions"] = 0
+            else:
+                meta.update(num_retractions=0, reasoning_tokens=0)
+            meta.update(completion_tokens=n, cached_tokens=0)
+            if done:
+                meta["e2e_latency"] = time.monotonic() - req.arrived
+            return {"text": emu.text(seed, 0, n), "output_ids": tokens.ids(seed, 0, n, emu.plan["corrupt"]),
+                    "meta_info": meta}
 
         if body.get("stream"):
             async def events() -> AsyncIterator[bytes]:
@@ -321,6 +370,7 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     created = int(time.time())
     model = json.dumps(body.get("model") or emu.model)
     obj = "chat.completion" if chat else "text_completion"
+    legacy = emu.log.version != "0.5.23"  # 0.5.8.post1 / 0.5.9: protocol.py's older models
     if not body.get("stream"):
         await _drain(emu, req)
         text = emu.text(seed, 0, req.emitted)
@@ -330,19 +380,24 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
         else:
             choice.update(text=text, logprobs=None)
         return JSONResponse({"id": rid, "object": obj, "created": created, "model": json.loads(model),
-                             "choices": [choice], "usage": _usage(n_prompt, req.emitted)})
+                             "choices": [choice], "usage": _usage(n_prompt, req.emitted, legacy=legacy)})
     # The chunks as 0.5.23 serializes them (entrypoints/openai/): text chunks are pydantic models
     # (protocol.py CompletionStreamResponse / ChatCompletionStreamResponse: "usage": null unless
     # continuous_usage_stats); chat's role and finish chunks are sse_utils.py's msgspec structs
     # (no "usage" key; a delta of reasoning_content, role, content). A completion's last text
     # chunk carries the finish_reason (serving_completions.py:374); chat sends it in a chunk of
     # its own (serving_chat.py:2655). The usage chunk is dumped with exclude_none.
+    # 0.5.9 and 0.5.8.post1 (`legacy`) dump every chat chunk with pydantic, usage chunk included
+    # (serving_chat.py 0.5.9:679, :799, :857: model_dump_json() without exclude_none; DeltaMessage
+    # role, content, reasoning_content, tool_calls; "usage": null in each); 0.5.8.post1's
+    # completions have no continuous_usage_stats (serving_completions.py).
     chunk_obj = f"{obj}.chunk" if chat else obj
     head = f'data: {{"id":"{rid}","object":"{chunk_obj}","created":{created},"model":{model},"choices":['
     head_b = head.encode()
     if chat:
         open_b = b'{"index":0,"delta":{"role":null,"content":'
-        close_b = b',"reasoning_content":null},"logprobs":null,"finish_reason":'
+        close_b = b',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":' if legacy \
+            else b',"reasoning_content":null},"logprobs":null,"finish_reason":'
     else:
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
     end_b = b',"matched_stop":null}]'
@@ -350,13 +405,17 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     # chunk whether or not the request asks for it (0.5.9 has no such flag).
     include_usage = bool(stream_options.get("include_usage")) or bool(emu.flags.get("stream_response_default_include_usage"))
     # serving_completions.py:395 / serving_chat.py:3691 (0.5.23): the running usage in every chunk.
-    continuous = bool(stream_options.get("continuous_usage_stats"))
+    continuous = bool(stream_options.get("continuous_usage_stats")) and (chat or emu.log.version != "0.5.8.post1")
 
     def usage_b(n: int, full: bool) -> bytes:
-        return json.dumps(_usage(n_prompt, n, exclude_none=not full), separators=(",", ":")).encode()
+        return json.dumps(_usage(n_prompt, n, exclude_none=not full, legacy=legacy), separators=(",", ":")).encode()
 
     async def events() -> AsyncIterator[bytes]:
-        if chat:
+        if chat and legacy:
+            yield head_b + b'{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,' \
+                           b'"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],' \
+                           b'"usage":null}\n\n'
+        elif chat:
             yield head_b + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},' \
                            b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
         sent, finished = 0, False
@@ -367,7 +426,11 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
             finish = json.dumps(req.finish_reason).encode() if finished else b"null"
             usage = usage_b(n, True) if continuous else b"null"
             yield head_b + open_b + text + close_b + finish + end_b + b',"usage":' + usage + b"}\n\n"
-        if chat:
+        if chat and legacy:
+            yield head_b + b'{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,' \
+                b'"tool_calls":null},"logprobs":null,"finish_reason":' + json.dumps(req.finish_reason).encode() \
+                + end_b + b',"usage":null}\n\n'
+        elif chat:
             yield head_b + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,"finish_reason":' \
                 + json.dumps(req.finish_reason).encode() + end_b + b"}\n\n"
         elif not finished:  # no token came after the last chunk: the finish rides an empty one
@@ -375,8 +438,8 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
             yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + end_b \
                 + b',"usage":' + usage + b"}\n\n"
         if include_usage:
-            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' + usage_b(req.emitted, False) \
-                + b"}\n\n"
+            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' \
+                + usage_b(req.emitted, chat and legacy) + b"}\n\n"
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
