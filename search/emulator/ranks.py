@@ -71,10 +71,13 @@ class Rank:
         self.kv_cache()
         if self.plan["autotune"]:
             self.autotune()
-        if self.plan["prefill_graph"] and "prefill_graph_begin" in self.log.words:
+        prefill_first = self.log.version == "0.5.23"  # up to 0.5.9 the piecewise capture comes after decode's
+        if self.plan["prefill_graph"] and prefill_first:
             self.prefill_graph()
         if self.plan["cuda_graph"]:
             self.cuda_graph()
+        if self.plan["prefill_graph"] and not prefill_first:
+            self.prefill_graph()
         if self.rank == 0:
             p = self.plan
             self.log.say("max_tokens", tokens=p["kv_tokens"], chunked=p["chunked_prefill_size"],
@@ -192,7 +195,8 @@ class Rank:
         self.log.say("autotune_end")
 
     def prefill_graph(self) -> None:
-        """0.5.23's prefill capture (backend breakable by default), before decode's."""
+        """Prefill capture: 0.5.23's (backend breakable by default) before decode's, 0.5.9's opt-in
+        piecewise one after it."""
         sizes, seconds = self.plan["prefill_graph_tokens"], self.seconds["cuda_graph"] * _PREFILL_GRAPH_SHARE
         self.log.say("prefill_graph_begin", backend=self.plan["prefill_graph_backend"], num_tokens=sizes,
                      avail=self.avail())

@@ -178,3 +178,20 @@ def test_skip_server_warmup_sends_no_warmup_and_fails_at_the_first_request(start
         pass
     assert failing.wait_exit() != 0
     assert "RuntimeError: boom" in failing.text()
+
+
+def test_piecewise_capture_of_0_5_9_comes_after_decode_capture(start, small_landscape) -> None:
+    """0.5.9 ModelRunner.initialize: init_device_graphs, then init_piecewise_cuda_graphs (opt-in)."""
+    from search.logwatch import LogClassifier
+
+    server = start(["--model-path", "m", "--enable-piecewise-cuda-graph"], SEARCH_EMULATOR_SGLANG_VERSION="0.5.9",
+                   **small_landscape)
+    server.wait_ready()
+    text = server.text()
+    assert text.index("Capture cuda graph end.") < text.index("Capture piecewise CUDA graph begin. avail mem=") \
+        < text.index("Capturing num tokens (num_tokens=") < text.index("Capture piecewise CUDA graph end. Time elapsed:")
+    head = text[:text.index("Capturing num tokens (")]
+    classifier = LogClassifier("0.5.9")
+    for line in head.splitlines():
+        classifier.feed(line)
+    assert classifier.phase == "cuda_graph" and classifier.failure is None
