@@ -374,7 +374,8 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     if not body.get("stream"):
         await _drain(emu, req)
         text = emu.text(seed, 0, req.emitted)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": req.finish_reason, "matched_stop": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": req.finish_reason,
+                                  "matched_stop": tokens.EOS_ID if req.finish_reason == "stop" else None}
         if chat:
             choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
         else:
@@ -401,6 +402,10 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     else:
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
     end_b = b',"matched_stop":null}]'
+    # a finish on EOS names it: FINISH_MATCHED_TOKEN's "matched" (schedule_batch.py) as matched_stop
+
+    def finish_end() -> bytes:
+        return b',"matched_stop":' + (str(tokens.EOS_ID).encode() if req.finish_reason == "stop" else b"null") + b"}]"
     # utils.py should_include_usage (0.5.23): --stream-response-default-include-usage adds the usage
     # chunk whether or not the request asks for it (0.5.9 has no such flag).
     include_usage = bool(stream_options.get("include_usage")) or bool(emu.flags.get("stream_response_default_include_usage"))
@@ -425,17 +430,18 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
             finished = not chat and req.state == "done" and n >= req.target
             finish = json.dumps(req.finish_reason).encode() if finished else b"null"
             usage = usage_b(n, True) if continuous else b"null"
-            yield head_b + open_b + text + close_b + finish + end_b + b',"usage":' + usage + b"}\n\n"
+            yield head_b + open_b + text + close_b + finish + (finish_end() if finished else end_b) \
+                + b',"usage":' + usage + b"}\n\n"
         if chat and legacy:
             yield head_b + b'{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,' \
                 b'"tool_calls":null},"logprobs":null,"finish_reason":' + json.dumps(req.finish_reason).encode() \
-                + end_b + b',"usage":null}\n\n'
+                + finish_end() + b',"usage":null}\n\n'
         elif chat:
             yield head_b + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,"finish_reason":' \
-                + json.dumps(req.finish_reason).encode() + end_b + b"}\n\n"
+                + json.dumps(req.finish_reason).encode() + finish_end() + b"}\n\n"
         elif not finished:  # no token came after the last chunk: the finish rides an empty one
             usage = usage_b(sent, True) if continuous else b"null"
-            yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + end_b \
+            yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + finish_end() \
                 + b',"usage":' + usage + b"}\n\n"
         if include_usage:
             yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' \

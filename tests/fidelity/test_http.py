@@ -192,3 +192,29 @@ def test_info_routes_per_version(start, small_landscape, version: str) -> None: 
                                       "completion_tokens", "cached_tokens", "e2e_latency"]
     assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     server.wait_for("Endpoint '/get_model_info' is deprecated")
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_a_finish_on_eos_names_the_token(start, small_landscape, version: str) -> None:  # noqa: F811
+    """FINISH_MATCHED_TOKEN.to_json's "matched" becomes matched_stop (serving_completions.py):
+    the EOS id, in the chunk that finishes and in a whole response."""
+    from search.emulator import tokens
+
+    server = start(["--model-path", "m"], SEARCH_EMULATOR_SGLANG_VERSION=version, **small_landscape)
+    server.wait_ready()
+    body = {"prompt": "hi", "max_tokens": 1000}
+    with client(server) as c:
+        whole = c.post("/v1/completions", json=body).json()
+        events = _events(c.post("/v1/completions", json={**body, "stream": True}).text)
+        chat = _events(c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                            "max_tokens": 1000, "stream": True}).text)
+    assert whole["choices"][0]["finish_reason"] == "stop" and whole["choices"][0]["matched_stop"] == tokens.EOS_ID
+    last, finish = json.loads(events[-1])["choices"][0], json.loads(chat[-1])["choices"][0]
+    assert (last["finish_reason"], last["matched_stop"]) == ("stop", tokens.EOS_ID)
+    assert (finish["finish_reason"], finish["matched_stop"]) == ("stop", tokens.EOS_ID)
+    if version == "0.5.9":
+        assert _reserialize(version, [("CompletionStreamResponse", events[-1], {}),
+                                      ("ChatCompletionStreamResponse", chat[-1], {})]) == []
+    else:
+        _pydantic(real.CompletionStreamResponse, events[-1])
+        _msgspec(chat[-1])
