@@ -8,6 +8,7 @@ that fails sends SIGQUIT; the main process then logs SGLang's line and kills its
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import zlib
@@ -59,11 +60,37 @@ def fp4_gemm_autotunes(flags: dict[str, Any]) -> bool:
     return quantization in _FP4_QUANTIZATIONS and flags.get("fp4_gemm_runner_backend") in _FP4_AUTOTUNED_GEMMS
 
 
-def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
+def nan_warning(version: str, flags: dict[str, Any], env: dict[str, str]) -> str | None:
+    """How the version reports NaN logits: "every_step" (up to 0.5.9 with --enable-nan-detection:
+    layers/sampler.py warns at each sampling step), "once" (0.5.23 with SGLANG_SANITIZE_NAN_LOGITS:
+    utils/async_probe.py sanitizes and warns once), else None (nothing is logged; NaN flows on).
+    0.5.23's SGLANG_ENABLE_NAN_LOGITS_CHECK / SGLANG_ENABLE_ASYNC_ASSERT turn the warning into a
+    device-side assert, which the emulator does not play (None)."""
+    if "enable_nan_detection" in flags:  # the flag exists up to 0.5.9
+        return "every_step" if flags["enable_nan_detection"] else None
+    asserts = env_bool(env, "SGLANG_ENABLE_NAN_LOGITS_CHECK", False) or env_bool(env, "SGLANG_ENABLE_ASYNC_ASSERT", False)
+    return "once" if env_bool(env, "SGLANG_SANITIZE_NAN_LOGITS", False) and not asserts else None
+
+
+def multithread_load(version: str, flags: dict[str, Any]) -> bool:
+    """--model-loader-extra-config's `enable_multithread_load`: the default loader of 0.5.23 is the
+    multi-thread one (model_loader/loader.py:613), of 0.5.9 and 0.5.8.post1 the one-file-at-a-time
+    one (loader.py:479 / :506). A value that is not a JSON object keeps the default here (SGLang
+    would refuse it at load)."""
+    default = version not in ("0.5.8.post1", "0.5.9")
+    try:
+        extra = json.loads(flags.get("model_loader_extra_config") or "{}")
+    except ValueError:
+        return default
+    return bool(extra.get("enable_multithread_load", default)) if isinstance(extra, dict) else default
+
+
+def parse_flags(version: str, argv: list[str], deprecations: list[str] | None = None) -> dict[str, Any]:
     """Every dest of the version's parser; argparse itself prints usage/errors and exits 2.
 
     A `--config FILE.yaml` is inlined first, as SGLang's `prepare_server_args` does; a bad file
-    fails as SGLang's ValueError does (exit 1).
+    fails as SGLang's ValueError does (exit 1). The deprecation warnings of SGLang's actions are
+    appended to `deprecations` (printed by `print_deprecations`), not logged.
     """
     manifest = manifests.load(version)
     try:
@@ -71,7 +98,36 @@ def parse_flags(version: str, argv: list[str]) -> dict[str, Any]:
     except manifests.ManifestError as exc:
         print(f"ValueError: {exc}", file=sys.stderr)
         raise SystemExit(1) from exc
-    return vars(manifest.parser().parse_args(argv))
+    parser = manifest.parser()
+    quiet = logging.getLogger(manifests.__name__)
+    was = quiet.disabled
+    quiet.disabled = True  # the manifest's parser would log them plainly
+    try:
+        flags = vars(parser.parse_args(argv))
+    finally:
+        quiet.disabled = was
+    if deprecations is not None:
+        deprecations += getattr(parser, "warnings", [])
+    return flags
+
+
+# 0.5.23 words these retired flags in its post-parse hooks (arg_groups/serving_hook.py), uncoloured,
+# when the flag it points to is not given too; the others go through print_deprecated_warning.
+_HOOK_DEPRECATIONS = {"--enable-flashinfer-allreduce-fusion": ("deprecated_allreduce_fusion",
+                                                               "flashinfer_allreduce_fusion_backend"),
+                      "--grpc-mode": ("deprecated_grpc_mode", "smg_grpc_mode"),
+                      "--disable-fast-image-processor": ("deprecated_image_processor", None)}
+
+
+def print_deprecations(log: Logger, flags: dict[str, Any], messages: list[str]) -> None:
+    """The warnings of retired flags as the version logs them (templates.yaml `deprecated*`)."""
+    for message in messages:
+        option = message.split(" ", 1)[0]
+        hook = _HOOK_DEPRECATIONS.get(option) if "deprecated_allreduce_fusion" in log.words else None
+        if hook is None:
+            log.warn_at("deprecated", message=message)
+        elif hook[1] is None or not flags.get(hook[1]):
+            log.warn_at(hook[0])
 
 
 def tp_size(flags: dict[str, Any]) -> int:
@@ -129,6 +185,9 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "quantization": flags.get("quantization") or MODEL["quantization"],
         "balance_check": balance_check(settings.version, env), "base_gpu_id": int(flags.get("base_gpu_id") or 0),
         "autotune_cache": "/root/.cache/sglang/flashinfer/autotune/0.6.1/sm120/5f0c7a2e9d41b3c8",
+        "shards_desc": "shards_desc" if multithread_load(settings.version, flags) == (settings.version not in (
+            "0.5.8.post1", "0.5.9")) else "shards_desc_other",
+        "skip_server_warmup": bool(flags.get("skip_server_warmup")),
         "shards": MODEL["shards"], "arch": MODEL["arch"], "gpu_gib": GPU_GIB, "weights_gib": weights,
         "pool_gib": pool, "kv_tokens": kv_tokens, "max_running_requests": mrr,
         "chunked_prefill_size": flags.get("chunked_prefill_size") or 8192,
@@ -136,6 +195,7 @@ def plan(settings: Settings, flags: dict[str, Any], env: dict[str, str], landsca
         "context_len": flags.get("context_length") or MODEL["context_len"],
         "graph_bs": [b for b in capture if b <= mrr],
         "corrupt": landscape.corrupt(flags, env),
+        "nan_warning": nan_warning(settings.version, flags, env) if landscape.corrupt(flags, env) else None,
     }
 
 
@@ -226,8 +286,9 @@ class Ranks:
 
 def main(argv: list[str]) -> int:
     settings = Settings.from_env()
+    deprecations: list[str] = []
     try:
-        flags = parse_flags(settings.version, argv)
+        flags = parse_flags(settings.version, argv, deprecations)
     except SystemExit as exc:
         return int(exc.code or 0)
     env = dict(os.environ)
@@ -238,6 +299,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log = Logger(settings.version, None, the_plan["log_ms"])
+    print_deprecations(log, flags, deprecations)
     log.raw("server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in flags.items()) + ")")
     gpus = gpus_of(flags, env)
     the_plan["occupants"] = [asdict(o) if o else None for o in

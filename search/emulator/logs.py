@@ -111,6 +111,14 @@ class Logger:
             asctime=asctime, level="INFO", file=path.rsplit("/", 1)[-1], line=line, message=self.words[key]) + "\n")
         self.stream.flush()
 
+    def warn_at(self, key: str, **values: object) -> None:
+        """A warning logged before SGLang's log format is set (a deprecated flag):
+        `[time] WARNING <file>:<line>: <text>`, the file and line of the version's logging call."""
+        variant = _variants(self.version).get(key)
+        if variant is not None:
+            path = str(next(iter(variant["at"].values()))).rsplit(":", 1)[0]
+            self.raw(f"WARNING {path.rsplit('/', 1)[-1]}:{variant['call_line']}: " + variant["text"].format(**values))
+
     def say(self, key: str, **values: object) -> None:
         """Log the version's line for `key`; a line the version does not have is skipped."""
         template = self.words.get(key)

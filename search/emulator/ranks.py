@@ -71,10 +71,13 @@ class Rank:
         self.kv_cache()
         if self.plan["autotune"]:
             self.autotune()
-        if self.plan["prefill_graph"] and "prefill_graph_begin" in self.log.words:
+        prefill_first = self.log.version == "0.5.23"  # up to 0.5.9 the piecewise capture comes after decode's
+        if self.plan["prefill_graph"] and prefill_first:
             self.prefill_graph()
         if self.plan["cuda_graph"]:
             self.cuda_graph()
+        if self.plan["prefill_graph"] and not prefill_first:
+            self.prefill_graph()
         if self.rank == 0:
             p = self.plan
             self.log.say("max_tokens", tokens=p["kv_tokens"], chunked=p["chunked_prefill_size"],
@@ -142,7 +145,7 @@ class Rank:
         # it loads: never at once, so a rank on a free GPU raising at the balance check (no work
         # after the collective) is first, as it is on real GPUs.
         fits = int(self.free_gib(self.rank) // shard_gib) if self.occupant else total
-        bar = self.log.bar("shards_bar", total, seconds, self.log.words["shards_desc"]) if self.rank == 0 else None
+        bar = self.log.bar("shards_bar", total, seconds, self.log.words[self.plan["shards_desc"]]) if self.rank == 0 else None
         for done in range(1, total + 1):
             self.sleep(seconds / total)
             if done > fits:
@@ -192,7 +195,8 @@ class Rank:
         self.log.say("autotune_end")
 
     def prefill_graph(self) -> None:
-        """0.5.23's prefill capture (backend breakable by default), before decode's."""
+        """Prefill capture: 0.5.23's (backend breakable by default) before decode's, 0.5.9's opt-in
+        piecewise one after it."""
         sizes, seconds = self.plan["prefill_graph_tokens"], self.seconds["cuda_graph"] * _PREFILL_GRAPH_SHARE
         self.log.say("prefill_graph_begin", backend=self.plan["prefill_graph_backend"], num_tokens=sizes,
                      avail=self.avail())

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 import uvicorn
@@ -42,26 +42,48 @@ class Emulator:
                  settings: Settings, log: Logger) -> None:
         self.flags, self.env, self.plan, self.log = flags, env, plan, log
         self.ready = False
+        self.on_first_request: Callable[[], None] | None = None
         self.started = time.time()
         self.launch_command = sys.argv[1:]  # server_args.py:717: the argv prepare_server_args was given
         self.model = (flags.get("served_model_name") or flags.get("model_path") or "default")
         self.rank0 = Logger(settings.version, 0 if plan["tp"] > 1 else None, plan["log_ms"])
         graph, prefill_graph = str(plan["cuda_graph"]), str(plan["prefill_graph"])
+        # NaN logits (the landscape's `corrupt`), where the version's switches make SGLang say so
+        # (launch.nan_warning): every rank's sampler warns, and the server serves on.
+        self.nan_ranks = [Logger(settings.version, r if plan["tp"] > 1 else None, plan["log_ms"])
+                          for r in range(plan["tp"])] if plan.get("nan_warning") else []
         self.scheduler = Scheduler(
             rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
             stream_interval=int(flags.get("stream_interval") or 1), kv_tokens=plan["kv_tokens"],
             noise=settings.noise, seed=settings.seed, log_interval=int(flags.get("decode_log_interval") or 40),
-            on_prefill=lambda seqs, new, running, queued, usage, rate: self.rank0.say(
+            on_prefill=lambda seqs, new, running, queued, usage, rate: self.batch_line(
                 "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate,
                 prefill_graph=prefill_graph),
-            on_decode=lambda running, toks, queued, usage, rate: self.rank0.say(
+            on_decode=lambda running, toks, queued, usage, rate: self.batch_line(
                 "decode", running=running, tokens=toks, queued=queued, usage=usage, rate=rate, graph=graph),
             record=bool(flags.get("enable_metrics")))
+
+    def batch_line(self, key: str, **values: object) -> None:
+        self.rank0.say(key, **values)
+        self.nan()
+
+    def nan(self) -> None:
+        """The sampler's NaN warning on every rank, at each batch line the emulator logs (up to
+        0.5.9 `--enable-nan-detection` warns at every step, layers/sampler.py:67); 0.5.23's
+        sanitizer warns once per process (utils/async_probe.py:41, its `msg` from
+        layers/sampler.py:145)."""
+        for log in self.nan_ranks:
+            log.say("nan", where="sampler: next_token_logits")
+        if self.plan.get("nan_warning") == "once":
+            self.nan_ranks = []
 
     # --- request handling -------------------------------------------------------------------
     def new_request(self, prompt: str | list[int], prompt_tokens: int, max_tokens: int | None, ignore_eos: bool,
                     temperature: float) -> tuple[Request, int]:
         """max_tokens None: no limit but the context, as SGLang's scheduler clamps an unset one."""
+        if self.on_first_request is not None:
+            first, self.on_first_request = self.on_first_request, None
+            first()
         seed = tokens.seed_of(prompt)
         if temperature > 0:
             seed ^= int.from_bytes(os.urandom(8), "little")
@@ -145,12 +167,15 @@ def _messages(value: Any) -> tuple[str, int]:
     return joined, sum(tokens.count(text) + 4 for text in texts) + 3
 
 
-def _usage(prompt: int, completion: int, *, exclude_none: bool = False) -> dict[str, int | None]:
-    """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221) as pydantic dumps it; the stream's
-    usage chunk drops the null fields (exclude_none)."""
+def _usage(prompt: int, completion: int, *, exclude_none: bool = False, legacy: bool = False) -> dict[str, int | None]:
+    """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221; 0.5.9 :131 and 0.5.8.post1 :105,
+    `legacy`, have no completion_tokens_details) as pydantic dumps it; a usage chunk dumped with
+    exclude_none drops the null fields."""
     usage: dict[str, int | None] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
                                     "completion_tokens": completion, "prompt_tokens_details": None,
-                                    "reasoning_tokens": 0, "completion_tokens_details": None}
+                                    "reasoning_tokens": 0}
+    if not legacy:
+        usage["completion_tokens_details"] = None
     return {k: v for k, v in usage.items() if v is not None} if exclude_none else usage
 
 
@@ -174,14 +199,28 @@ def build_app(emu: Emulator) -> FastAPI:
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/health_generate", health, methods=["GET"])
 
-    async def ready() -> Response:  # /ready and /ping: 200 once the warmup request went through
+    legacy = emu.log.version != "0.5.23"
+
+    async def ready() -> Response:  # 0.5.23 /ready and /ping: 200 once the warmup request went through
         return Response(status_code=200 if emu.ready else 503)
 
-    app.add_api_route("/ready", ready, methods=["GET"])
-    app.add_api_route("/ping", ready, methods=["GET"])
+    async def ping() -> Response:  # 0.5.9 http_server.py:1592 (SageMaker): 200 whenever it answers
+        return Response(status_code=200)
+
+    if not legacy:  # /ready is 0.5.23's (http_server.py:714)
+        app.add_api_route("/ready", ready, methods=["GET"])
+    app.add_api_route("/ping", ping if legacy else ready, methods=["GET"])
 
     async def model_info() -> dict[str, Any]:
-        """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias)."""
+        """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias); 0.5.9
+        http_server.py:554 and 0.5.8.post1 :542 have fewer keys (weight_version given twice there:
+        the first place holds)."""
+        if legacy:
+            return {"model_path": emu.flags.get("model_path"),
+                    "tokenizer_path": emu.flags.get("tokenizer_path") or emu.flags.get("model_path"),
+                    "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                    "has_image_understanding": False, "has_audio_understanding": False,
+                    "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
         return {"model_path": emu.flags.get("model_path"), "served_model_name": emu.model,
                 "tokenizer_path": emu.flags.get("tokenizer_path") or emu.flags.get("model_path"),
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
@@ -190,13 +229,25 @@ def build_app(emu: Emulator) -> FastAPI:
                 "disaggregation_mode": emu.flags.get("disaggregation_mode"), "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
 
+    async def get_model_info() -> dict[str, Any]:
+        emu.log.say("get_model_info_deprecated")
+        return await model_info()
+
     app.add_api_route("/model_info", model_info, methods=["GET"])
-    app.add_api_route("/get_model_info", model_info, methods=["GET"])
+    app.add_api_route("/get_model_info", get_model_info, methods=["GET"])
 
     async def server_info() -> dict[str, Any]:
         """0.5.23 http_server.py:864 server_info: the resolved flags, the launch command, the
         scheduler's ready handshake (scheduler.py:1943), the internal states per DP rank."""
         s = emu.scheduler
+        if legacy:  # 0.5.9 http_server.py:593: server args, the scheduler's handshake, states, version
+            return {**emu.flags, "status": "ready", "max_total_num_tokens": emu.plan["kv_tokens"],
+                    "max_req_input_len": min(emu.plan["context_len"], emu.plan["kv_tokens"]) - 1,
+                    "internal_states": [{"last_gen_throughput": s.stats.last_gen_throughput,
+                                         "memory_usage": {"weight": emu.plan["weights_gib"],
+                                                          "kvcache": emu.plan["pool_gib"] - emu.plan["weights_gib"]},
+                                         "effective_max_running_requests_per_dp": s.cap}],
+                    "version": emu.plan["version"]}
         return {**emu.flags, "launch_command": emu.launch_command, "status": "ready",
                 "max_total_num_tokens": emu.plan["kv_tokens"],
                 "max_req_input_len": min(emu.plan["context_len"], emu.plan["kv_tokens"]) - 1,
@@ -207,8 +258,12 @@ def build_app(emu: Emulator) -> FastAPI:
                                      "effective_max_running_requests_per_dp": s.cap}],
                 "version": emu.plan["version"], "frontend": "python"}
 
+    async def get_server_info() -> dict[str, Any]:
+        emu.log.say("get_server_info_deprecated")
+        return await server_info()
+
     app.add_api_route("/server_info", server_info, methods=["GET"])
-    app.add_api_route("/get_server_info", server_info, methods=["GET"])
+    app.add_api_route("/get_server_info", get_server_info, methods=["GET"])
 
     @app.api_route("/freeze_gc", methods=["GET", "POST"])
     async def freeze_gc() -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
@@ -253,12 +308,28 @@ def build_app(emu: Emulator) -> FastAPI:
         req, seed = emu.new_request(prompt, n_prompt, _int(params, "max_new_tokens", 128), ignore_eos, temperature)
         rid = uuid.uuid4().hex
 
+        legacy = emu.log.version != "0.5.23"
+
         def payload(n: int) -> dict[str, Any]:
+            """tokenizer_manager._handle_batch_output (0.5.23:2507, 0.5.9:1494): text and output_ids
+            so far (stream_output off), meta_info in its order; the finish reason is
+            FINISH_LENGTH / FINISH_MATCHED_TOKEN's to_json (schedule_batch.py); e2e_latency once done."""
             done = req.state == "done" and n >= req.target
-            return {"text": emu.text(seed, 0, n), "meta_info": {
-                "id": rid, "finish_reason": {"type": req.finish_reason} if done else None,
-                "prompt_tokens": n_prompt, "completion_tokens": n, "cached_tokens": 0,
-                "e2e_latency": time.monotonic() - req.arrived}}
+            finish = None
+            if done:
+                finish = {"type": "length", "length": req.target} if req.finish_reason == "length" \
+                    else {"type": "stop", "matched": tokens.EOS_ID}
+            meta: dict[str, Any] = {"id": rid, "finish_reason": finish, "prompt_tokens": n_prompt,
+                                    "weight_version": "default"}
+            if legacy:
+                meta["total_retractions"] = 0
+            else:
+                meta.update(num_retractions=0, reasoning_tokens=0)
+            meta.update(completion_tokens=n, cached_tokens=0)
+            if done:
+                meta["e2e_latency"] = time.monotonic() - req.arrived
+            return {"text": emu.text(seed, 0, n), "output_ids": tokens.ids(seed, 0, n, emu.plan["corrupt"]),
+                    "meta_info": meta}
 
         if body.get("stream"):
             async def events() -> AsyncIterator[bytes]:
@@ -299,40 +370,57 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     created = int(time.time())
     model = json.dumps(body.get("model") or emu.model)
     obj = "chat.completion" if chat else "text_completion"
+    legacy = emu.log.version != "0.5.23"  # 0.5.8.post1 / 0.5.9: protocol.py's older models
     if not body.get("stream"):
         await _drain(emu, req)
         text = emu.text(seed, 0, req.emitted)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": req.finish_reason, "matched_stop": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": req.finish_reason,
+                                  "matched_stop": tokens.EOS_ID if req.finish_reason == "stop" else None}
         if chat:
             choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
         else:
             choice.update(text=text, logprobs=None)
         return JSONResponse({"id": rid, "object": obj, "created": created, "model": json.loads(model),
-                             "choices": [choice], "usage": _usage(n_prompt, req.emitted)})
+                             "choices": [choice], "usage": _usage(n_prompt, req.emitted, legacy=legacy)})
     # The chunks as 0.5.23 serializes them (entrypoints/openai/): text chunks are pydantic models
     # (protocol.py CompletionStreamResponse / ChatCompletionStreamResponse: "usage": null unless
     # continuous_usage_stats); chat's role and finish chunks are sse_utils.py's msgspec structs
     # (no "usage" key; a delta of reasoning_content, role, content). A completion's last text
     # chunk carries the finish_reason (serving_completions.py:374); chat sends it in a chunk of
     # its own (serving_chat.py:2655). The usage chunk is dumped with exclude_none.
+    # 0.5.9 and 0.5.8.post1 (`legacy`) dump every chat chunk with pydantic, usage chunk included
+    # (serving_chat.py 0.5.9:679, :799, :857: model_dump_json() without exclude_none; DeltaMessage
+    # role, content, reasoning_content, tool_calls; "usage": null in each); 0.5.8.post1's
+    # completions have no continuous_usage_stats (serving_completions.py).
     chunk_obj = f"{obj}.chunk" if chat else obj
     head = f'data: {{"id":"{rid}","object":"{chunk_obj}","created":{created},"model":{model},"choices":['
     head_b = head.encode()
     if chat:
         open_b = b'{"index":0,"delta":{"role":null,"content":'
-        close_b = b',"reasoning_content":null},"logprobs":null,"finish_reason":'
+        close_b = b',"reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":' if legacy \
+            else b',"reasoning_content":null},"logprobs":null,"finish_reason":'
     else:
         open_b, close_b = b'{"index":0,"text":', b',"logprobs":null,"finish_reason":'
     end_b = b',"matched_stop":null}]'
-    include_usage = bool(stream_options.get("include_usage"))
+    # a finish on EOS names it: FINISH_MATCHED_TOKEN's "matched" (schedule_batch.py) as matched_stop
+
+    def finish_end() -> bytes:
+        return b',"matched_stop":' + (str(tokens.EOS_ID).encode() if req.finish_reason == "stop" else b"null") + b"}]"
+    # utils.py should_include_usage (0.5.23): --stream-response-default-include-usage adds the usage
+    # chunk whether or not the request asks for it (0.5.9 has no such flag).
+    include_usage = bool(stream_options.get("include_usage")) or bool(emu.flags.get("stream_response_default_include_usage"))
     # serving_completions.py:395 / serving_chat.py:3691 (0.5.23): the running usage in every chunk.
-    continuous = bool(stream_options.get("continuous_usage_stats"))
+    continuous = bool(stream_options.get("continuous_usage_stats")) and (chat or emu.log.version != "0.5.8.post1")
 
     def usage_b(n: int, full: bool) -> bytes:
-        return json.dumps(_usage(n_prompt, n, exclude_none=not full), separators=(",", ":")).encode()
+        return json.dumps(_usage(n_prompt, n, exclude_none=not full, legacy=legacy), separators=(",", ":")).encode()
 
     async def events() -> AsyncIterator[bytes]:
-        if chat:
+        if chat and legacy:
+            yield head_b + b'{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,' \
+                           b'"tool_calls":null},"logprobs":null,"finish_reason":null,"matched_stop":null}],' \
+                           b'"usage":null}\n\n'
+        elif chat:
             yield head_b + b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},' \
                            b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
         sent, finished = 0, False
@@ -342,17 +430,22 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
             finished = not chat and req.state == "done" and n >= req.target
             finish = json.dumps(req.finish_reason).encode() if finished else b"null"
             usage = usage_b(n, True) if continuous else b"null"
-            yield head_b + open_b + text + close_b + finish + end_b + b',"usage":' + usage + b"}\n\n"
-        if chat:
+            yield head_b + open_b + text + close_b + finish + (finish_end() if finished else end_b) \
+                + b',"usage":' + usage + b"}\n\n"
+        if chat and legacy:
+            yield head_b + b'{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,' \
+                b'"tool_calls":null},"logprobs":null,"finish_reason":' + json.dumps(req.finish_reason).encode() \
+                + finish_end() + b',"usage":null}\n\n'
+        elif chat:
             yield head_b + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,"finish_reason":' \
-                + json.dumps(req.finish_reason).encode() + end_b + b"}\n\n"
+                + json.dumps(req.finish_reason).encode() + finish_end() + b"}\n\n"
         elif not finished:  # no token came after the last chunk: the finish rides an empty one
             usage = usage_b(sent, True) if continuous else b"null"
-            yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + end_b \
+            yield head_b + open_b + b'""' + close_b + json.dumps(req.finish_reason).encode() + finish_end() \
                 + b',"usage":' + usage + b"}\n\n"
         if include_usage:
-            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' + usage_b(req.emitted, False) \
-                + b"}\n\n"
+            yield head[:-len('"choices":[')].encode() + b'"choices":[],"usage":' \
+                + usage_b(req.emitted, chat and legacy) + b"}\n\n"
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
@@ -414,6 +507,16 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
     """
     while not server.started:
         await asyncio.sleep(0.01)
+    if emu.plan.get("skip_server_warmup"):
+        # http_server.py _wait_and_warmup (0.5.23:2589, 0.5.9:1829): no warmup request, the server
+        # is Up at once; the forward it would have run (and its failure) comes with the first request.
+        emu.ready = True
+        emu.on_first_request = lambda: _first_forward(emu, ranks)
+        if emu.log.version == "0.5.23":
+            async with httpx.AsyncClient(base_url=base, timeout=None) as client:
+                await client.post("/freeze_gc")
+        emu.log.say("ready")
+        return
     await asyncio.sleep(time_scale)
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await client.get("/model_info")
@@ -429,6 +532,16 @@ async def _warmup(emu: Emulator, ranks: Any, base: str, server: uvicorn.Server, 
         if emu.log.version == "0.5.23":  # _freeze_gc_after_server_warmup (http_server.py:2597)
             await client.post("/freeze_gc")
     emu.log.say("ready")
+
+
+def _first_forward(emu: Emulator, ranks: Any) -> None:
+    """Under --skip-server-warmup the first request runs the forward the warmup would have: a
+    landscape's warmup failure strikes there (the rank crashes and SIGQUITs us), a hang stops
+    decoding."""
+    ranks.sigquit_line = "sigquit_running"
+    ranks.send("warmup")
+    if emu.plan["hang"] == "warmup":
+        emu.scheduler.freeze()
 
 
 def _warmup_failed(log: Logger, ranks: Any, host: str, port: int, time_scale: float) -> None:

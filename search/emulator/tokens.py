@@ -35,3 +35,13 @@ def text(seed: int, start: int, end: int, corrupt: bool = False) -> str:
         return _CORRUPT * (end - start)
     n = len(_WORDS)
     return "".join(" " + _WORDS[((seed >> (j % 48)) + j * 7) % n] for j in range(start, end))
+
+
+EOS_ID = 151329  # the id the emulator's model stops on (GLM's <|endoftext|>; a stand-in)
+
+
+def ids(seed: int, start: int, end: int, corrupt: bool = False) -> list[int]:
+    """The token ids of tokens [start, end): one id per word of `text`, 0 for a NaN-logits token."""
+    if corrupt:
+        return [0] * (end - start)
+    return [1000 + ((seed >> (j % 48)) + j * 7) % len(_WORDS) for j in range(start, end)]

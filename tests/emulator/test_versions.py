@@ -112,3 +112,86 @@ def test_sglang_log_ms_is_read_as_envbool(value: str, ms: bool) -> None:
     from search.emulator.launch import env_bool
 
     assert env_bool({"SGLANG_LOG_MS": value}, "SGLANG_LOG_MS", False) is ms
+
+
+@pytest.mark.parametrize(("version", "args", "autotunes"), [
+    ("0.5.23", [], True),  # modelopt_fp4, --fp4-gemm-backend auto: the FP4 GEMM autotune
+    ("0.5.23", ["--fp4-gemm-backend", "flashinfer_cudnn"], False),
+    ("0.5.23", ["--disable-flashinfer-autotune"], False),
+    ("0.5.9", [], False),
+])
+def test_seed_landscape_autotunes_the_fp4_gemm_on_0_5_23(tmp_path: Path, version: str, args: list[str],
+                                                          autotunes: bool) -> None:
+    """The built-in landscape follows 0.5.23's rule (flashinfer_autotune.py:135): the modelopt_fp4
+    model's GEMM is autotuned even with a MoE backend that is not."""
+    from search.emulator.config import Settings
+    from search.emulator.landscape import Landscape
+    from search.emulator.launch import parse_flags, plan
+
+    settings = Settings.from_env({"SEARCH_EMULATOR_SGLANG_VERSION": version, "SEARCH_EMULATOR_STATE_DIR": str(tmp_path)})
+    flags = parse_flags(version, ["--model-path", "m", "--tp", "8", "--moe-runner-backend", "triton", *args])
+    the_plan = plan(settings, flags, {}, Landscape.load(None))
+    assert the_plan["autotune"] is autotunes
+    assert (the_plan["seconds"]["autotune"] > 0) is autotunes
+
+
+@pytest.mark.parametrize(("version", "extra", "desc"), [
+    ("0.5.23", None, "Multi-thread loading shards"),  # loader.py:613, default true
+    ("0.5.23", '{"enable_multithread_load": false}', "Loading safetensors checkpoint shards"),
+    ("0.5.9", None, "Loading safetensors checkpoint shards"),  # loader.py:479, default false
+    ("0.5.9", '{"enable_multithread_load": true}', "Multi-thread loading shards"),
+    ("0.5.8.post1", '{"enable_multithread_load": true}', "Multi-thread loading shards"),
+])
+def test_model_loader_extra_config_picks_the_loader_bar(tmp_path: Path, version: str, extra: str | None,
+                                                        desc: str) -> None:
+    from search.emulator.config import Settings
+    from search.emulator.landscape import Landscape
+    from search.emulator.launch import parse_flags, plan
+    from search.emulator.logs import WORDING
+
+    settings = Settings.from_env({"SEARCH_EMULATOR_SGLANG_VERSION": version, "SEARCH_EMULATOR_STATE_DIR": str(tmp_path)})
+    args = ["--model-path", "m", "--tp", "8"] + (["--model-loader-extra-config", extra] if extra else [])
+    the_plan = plan(settings, parse_flags(version, args), {}, Landscape.load(None))
+    assert WORDING[version][the_plan["shards_desc"]] == desc
+
+
+def test_skip_server_warmup_sends_no_warmup_and_fails_at_the_first_request(start, small_landscape) -> None:
+    """http_server.py _wait_and_warmup: with --skip-server-warmup the server is ready without the
+    GET /model_info and POST /generate; a forward that fails does so at the first request."""
+    import httpx
+
+
+
+    server = start(["--model-path", "m", "--skip-server-warmup"], **small_landscape)
+    server.wait_ready()
+    head = server.text().split("The server is fired up")[0]
+    assert "GET /model_info" not in head and "POST /generate" not in head
+    with client(server) as c:
+        assert c.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}}).status_code == 200
+    failing = start(["--model-path", "m", "--tp", "2", "--skip-server-warmup"], **small_landscape,
+                    EMULATOR_TEST_OUTCOME='{"phase": "warmup", "error": "RuntimeError: boom"}')
+    failing.wait_ready()
+    try:
+        with client(failing) as c:
+            c.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}})
+    except httpx.HTTPError:
+        pass
+    assert failing.wait_exit() != 0
+    assert "RuntimeError: boom" in failing.text()
+
+
+def test_piecewise_capture_of_0_5_9_comes_after_decode_capture(start, small_landscape) -> None:
+    """0.5.9 ModelRunner.initialize: init_device_graphs, then init_piecewise_cuda_graphs (opt-in)."""
+    from search.logwatch import LogClassifier
+
+    server = start(["--model-path", "m", "--enable-piecewise-cuda-graph"], SEARCH_EMULATOR_SGLANG_VERSION="0.5.9",
+                   **small_landscape)
+    server.wait_ready()
+    text = server.text()
+    assert text.index("Capture cuda graph end.") < text.index("Capture piecewise CUDA graph begin. avail mem=") \
+        < text.index("Capturing num tokens (num_tokens=") < text.index("Capture piecewise CUDA graph end. Time elapsed:")
+    head = text[:text.index("Capturing num tokens (")]
+    classifier = LogClassifier("0.5.9")
+    for line in head.splitlines():
+        classifier.feed(line)
+    assert classifier.phase == "cuda_graph" and classifier.failure is None

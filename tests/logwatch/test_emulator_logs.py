@@ -21,7 +21,7 @@ import pytest
 
 from search.emulator import gpu_state
 from search.logwatch import read_log
-from tests.emulator.conftest import Server, start  # noqa: F401  (start is a fixture)
+from tests.emulator.conftest import SMALL_LANDSCAPE, Server, start  # noqa: F401  (start is a fixture)
 
 VERSIONS = ("0.5.8.post1", "0.5.9", "0.5.23")
 SCALE = "0.005"
@@ -199,3 +199,34 @@ def test_seed_landscape_every_outcome(start, version: str) -> None:  # noqa: F81
         assert _verdict(server, version) == (kind, phase), (name, server.text()[-3000:])
     _settle(hang, "TP3] Load weight begin")
     assert _verdict(hang, version) == (None, "loading")
+
+
+NAN_LANDSCAPE = SMALL_LANDSCAPE + "\n\ndef corrupt(flags, env):\n    return True\n"
+
+
+@pytest.mark.parametrize(("version", "args", "env", "warned"), [
+    # 0.5.23 sanitizes and warns once per rank with SGLANG_SANITIZE_NAN_LOGITS (utils/async_probe.py:41)
+    ("0.5.23", [], {"SGLANG_SANITIZE_NAN_LOGITS": "1"}, "NaN detected in sampler: next_token_logits; values were "
+                                                      "sanitized before sampling."),
+    ("0.5.23", [], {}, None),  # off by default: NaN flows on silently
+    ("0.5.9", ["--enable-nan-detection"], {}, "Detected errors during sampling! NaN in the logits."),
+    ("0.5.9", [], {}, None),
+])
+def test_nan_logits_are_warned_as_the_version_does_and_the_server_serves_on(
+        start, tmp_path: Path, version: str, args: list[str], env: dict[str, str], warned: str | None) -> None:  # noqa: F811
+    path = tmp_path / "nan.py"
+    path.write_text(NAN_LANDSCAPE)
+    server = start(["--model-path", "m", "--tp", "2", *args], SEARCH_EMULATOR_SGLANG_VERSION=version,
+                   SEARCH_EMULATOR_LANDSCAPE=str(path), SEARCH_EMULATOR_TIME_SCALE="0.01", **env)
+    server.wait_ready()
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        assert c.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4}}).status_code == 200
+    assert server.proc.poll() is None
+    lines = [line for line in server.text().splitlines() if "NaN" in line]
+    if warned is None:
+        assert not lines and _verdict(server, version) == (None, "ready")
+        return
+    assert lines and all(warned in line for line in lines)
+    if version == "0.5.23":  # once per rank (TP0, TP1)
+        assert sorted(line.split("]")[0].split()[-1] for line in lines) == ["TP0", "TP1"]
+    assert _verdict(server, version)[0] == "nan"

@@ -23,6 +23,7 @@ _GRAPH_SMALL_BATCH = 1.073  # graphs help while the batch fits a captured size (
 _GRAPH_LARGE_BATCH = 0.92   # beyond the largest captured batch: padding and eager fallback
 _MOE_FACTOR = {"flashinfer_cutlass": 1.0, "auto": 0.95, "cutlass": 0.93, "triton": 0.72,
                "marlin": 0.6}
+_FP4_GEMM_AUTOTUNE_S = 20.0  # 0.5.23's FP4 GEMM autotune alone (no MoE autotune): assumed, seed.md
 _WEIGHTS_GIB_TOTAL = 215.0  # GLM-5 NVFP4 across all ranks
 _GPU_GIB = 95.59
 _ACTIVATION_GIB = 5.0       # what a rank needs outside the static pool besides graphs (activations, NCCL)
@@ -44,6 +45,16 @@ def autotunes(flags: dict[str, Any]) -> bool:
     """The seed's SGLang was patched to autotune flashinfer_cutlass too (0.5.23 does natively)."""
     return not flags.get("disable_flashinfer_autotune") and flags.get("moe_runner_backend") in (
         "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_mxfp4")
+
+
+def fp4_gemm_autotunes(flags: dict[str, Any]) -> bool:
+    """0.5.23 (the only version with `cuda_graph_backend_decode`) also autotunes the FP4 GEMM of
+    the modelopt_fp4 model when its GEMM backend is flashinfer_cutlass/cutedsl (`auto` on SM120)
+    (model_executor/runner/flashinfer_autotune.py:135), whatever the MoE backend."""
+    from search.emulator.launch import fp4_gemm_autotunes as gemm_autotunes
+
+    return "cuda_graph_backend_decode" in flags and not flags.get("disable_flashinfer_autotune") \
+        and gemm_autotunes(flags)
 
 
 def _mem_fraction(flags: dict[str, Any]) -> float:
@@ -137,7 +148,7 @@ def throughput(flags: dict[str, Any], env: dict[str, str], running: int) -> floa
 
 def phase_seconds(flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
     seconds = {"starting": 25.0, "loading": 83 * 3.0, "kv_cache": 6.0, "cuda_graph": 70.0, "warmup": 5.0}
-    seconds["autotune"] = 95.0 if autotunes(flags) else 0.0
+    seconds["autotune"] = 95.0 if autotunes(flags) else _FP4_GEMM_AUTOTUNE_S if fp4_gemm_autotunes(flags) else 0.0
     if flags.get("enable_torch_compile"):
         seconds["cuda_graph"] += 240.0
     return seconds
