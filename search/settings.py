@@ -19,6 +19,8 @@ from search.errors import BadInput
 class Settings:
     """Every number the search is tuned by; the defaults are what `search study run` uses."""
 
+    # -- the load test
+    rate_search_steps: int = 3  # max_rate_under_slo: levels that bisect past the first rate missing the SLOs
     # -- the ladder pruner
     prune_ratio: float = 0.6  # a level under this fraction of the best completed trial's at that level is pruned
     prune_min_completed: int = 2  # completed trials needed at a level before the relative rules prune at it

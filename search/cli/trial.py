@@ -12,11 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from search.errors import InfrastructureFault, RunFailed
+from search.loadtest.metrics import meets_slos
 from search.logwatch import Event
 from search.overrides import overridden, parse_sets
 from search.stop_signals import stop_signals_as_interrupt
 from search.storage import Outcome
-from search.trial import TrialResult, meets_slos, run_trial, slos_of
+from search.trial import TrialResult, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
 console = Console(highlight=False)

@@ -83,6 +83,14 @@ class LevelResult:
         return asdict(self)
 
 
+def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
+    """Every SLO given (``{LevelResult key: limit or None}``) holds at this level, without errors;
+    an unmeasured value does not hold."""
+    values = {key: getattr(level, key) for key in slos}
+    within = all(limit is None or (values[key] is not None and values[key] <= limit) for key, limit in slos.items())
+    return within and not level.errors
+
+
 def _summary(name: str, seconds: list[float]) -> dict[str, float | None]:
     # None for an empty sample (bench_serving says 0, which reads as a perfect latency): e.g.
     # no request finished inside a window shorter than one request.

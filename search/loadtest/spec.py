@@ -60,6 +60,11 @@ class LadderSpec:
     request_rates: tuple[float, ...] = ()
     burstiness: float = 1.0
     goodput: dict[str, float] | None = None
+    # The highest rate under the SLOs (``{"p99_ttft_ms": ms, "p99_itl_ms": ms}``): the rates climb
+    # until one misses them, then this many more levels bisect between the last that met them and
+    # the first that did not (see ladder.RateSearch).
+    rate_slos: dict[str, float] | None = None
+    rate_search_steps: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
@@ -100,6 +105,10 @@ class LadderSpec:
             raise BadInput("--request-rate levels run in one client process; drop --workers")
         if self.burstiness <= 0:
             raise BadInput(f"--burstiness must be positive (1: Poisson), got {self.burstiness}")
+        if self.rate_search_steps < 0:
+            raise BadInput("rate search steps must not be negative")
+        if self.rate_slos is not None and not (self.open_loop and self.rate_slos):
+            raise BadInput("the highest rate under the SLOs needs request rates and at least one SLO")
         unknown = set(self.goodput or ()) - set(GOODPUT_SLOS)
         if unknown or any(v <= 0 for v in (self.goodput or {}).values()):
             raise BadInput(f"--goodput: give KEY:MS with KEY in {', '.join(GOODPUT_SLOS)} and a positive limit, "
