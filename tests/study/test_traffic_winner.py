@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from search.cli import app
 from search.hosts.emulated import EmulatedHost
 from search.ranking import Ranking
 from search.space import load_space
@@ -47,6 +49,10 @@ def _winner(root: Path, **sections: object) -> bool:
                      seed=0, n_trials=2, remeasure=0, trials_dir=root / "trials").run()
     ranked = Ranking(discover(space)).ranked(views(study))
     assert len({t.params["--disable-radix-cache"] for t in views(study)}) == 2  # both were measured
+    exported = CliRunner().invoke(app, ["study", "export", "w", "--format", "json", "-o", str(root / "w.json"),
+                                        "--storage", f"sqlite:///{root / 'studies.db'}"])
+    assert exported.exit_code == 0 and f"trial {ranked[0].number}: " in exported.output
+    assert "tok/s, output throughput (tok/s)" in exported.output  # the export names the objective and unit
     return bool(ranked[0].params["--disable-radix-cache"])
 
 
