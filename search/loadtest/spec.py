@@ -65,6 +65,9 @@ class LadderSpec:
     # the first that did not (see ladder.RateSearch).
     rate_slos: dict[str, float] | None = None
     rate_search_steps: int = 0
+    # Open loop: send times (s from the level's start, rising) replayed instead of drawn gaps, so
+    # two clients (or two runs) offer the very same arrivals; requests past its end are not sent.
+    schedule: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
@@ -105,6 +108,9 @@ class LadderSpec:
             raise BadInput("--request-rate levels run in one client process; drop --workers")
         if self.burstiness <= 0:
             raise BadInput(f"--burstiness must be positive (1: Poisson), got {self.burstiness}")
+        times = self.schedule
+        if times is not None and (not self.open_loop or list(times) != sorted(times) or (times and times[0] < 0)):
+            raise BadInput("an arrival schedule needs request rates and send times that never go back")
         if self.rate_search_steps < 0:
             raise BadInput("rate search steps must not be negative")
         if self.rate_slos is not None and not (self.open_loop and self.rate_slos):
