@@ -30,8 +30,11 @@ class LadderPruner(optuna.pruners.BasePruner):
         self.settings = settings
         self.unit = unit
 
+    def _n(self, value: float) -> str:
+        return f"{value:.2f}" if self.unit == "req/s" else f"{value:.0f}"
+
     def _v(self, value: float) -> str:
-        return f"{value:.2f} {self.unit}" if self.unit == "req/s" else f"{value:.0f} {self.unit}"
+        return f"{self._n(value)} {self.unit}"
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
@@ -51,11 +54,11 @@ class LadderPruner(optuna.pruners.BasePruner):
                 if step in t.intermediate_values and meets_constraints(t)]
         ratio = self.settings.prune_ratio
         if len(seen) >= self.settings.prune_min_completed and value < ratio * max(seen):
-            return f"{self._v(value)}, under {ratio:.0%} of the best {self._v(max(seen))} at {concurrency:g}"
+            return f"{self._v(value)}, under {ratio:.0%} of the best {self._n(max(seen))} at {concurrency:g}"
         reach = self._reach(study, step, value)
         if reach is not None and reach[0] < reach[1]:
             return (f"{self._v(value)} at {concurrency:g}: growing as fast as any completed trial did, it would "
-                    f"reach {self._v(reach[0])}, under the best {self._v(reach[1])}")
+                    f"reach {self._n(reach[0])}, under the best {self._n(reach[1])}")
         return None
 
     def _reach(self, study: optuna.Study, step: int, value: float) -> tuple[float, float] | None:
