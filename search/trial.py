@@ -49,7 +49,8 @@ class TrialResult:
     answers: list[str] | None = None
     answers_differ: bool | None = None  # None: no baseline to compare with
     objective: float | None = None  # the space's objective metric, best over the levels meeting the SLOs
-    peak_concurrency: int | None = None  # the level that gave it
+    peak_concurrency: int | None = None  # the level that gave it (0 for an open-loop level)
+    peak_rate: float | None = None  # ... an open-loop level's request rate
     slo_ok: bool = False  # some level met the SLOs
     gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
     teardown: str | None = None  # the host was left dirty: the next trial's ensure_clean will wait
@@ -180,7 +181,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     if passing:
         best = max(passing, key=lambda level: level_score(space, level))
         result.objective = level_score(space, best)
-        result.peak_concurrency = best.max_concurrency
+        result.peak_concurrency, result.peak_rate = best.max_concurrency, best.request_rate
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)
