@@ -101,7 +101,8 @@ def main() -> None:
     ap.add_argument("--range-ratio", type=float, default=1.0, help="open-loop levels: lengths in [ratio x len, len]")
     ap.add_argument("--goodput", action="append", default=[], help="an SLO KEY:MS for both clients, repeatable")
     ap.add_argument("--same-arrivals", action="store_true",
-                    help="open-loop levels: ours sends at the times bench_serving draws (its seed 42), not its own draw")
+                    help="open-loop levels: ours sends the gaps bench_serving draws (its seed 42), each slept "
+                         "after the send as bench_serving does, instead of its own draw on an absolute clock")
     args = ap.parse_args()
     server = (emulator(args=shlex.split(args.server_args)) if args.instant_ms is None
               else instant_server(args.instant_ms / 1000))
@@ -170,7 +171,7 @@ def open_loop(url: str, work: Path, args: argparse.Namespace) -> None:
                     if args.same_arrivals else None)
         spec = LadderSpec(request_rates=(rate,), input_len=args.input_len, output_len=args.output_len,
                           duration_s=None, requests=args.requests, range_ratio=args.range_ratio, goodput=slos,
-                          schedule=schedule)
+                          schedule=schedule, sleep_after_send=args.same_arrivals)
         ours = run_ladder(url, spec).levels[0]
         bs_good = theirs.get("request_goodput") or 0.0
         print(f"{rate:>6g} {args.requests:>8} {theirs['output_throughput']:>9,.1f} {ours.output_throughput:>9,.1f} "

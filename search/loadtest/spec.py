@@ -68,6 +68,9 @@ class LadderSpec:
     # Open loop: send times (s from the level's start, rising) replayed instead of drawn gaps, so
     # two clients (or two runs) offer the very same arrivals; requests past its end are not sent.
     schedule: tuple[float, ...] | None = None
+    # bench_serving's pacing: each gap is slept after its send (serving.py:1127-1129), so the client's
+    # own delays stretch the arrivals as bench_serving's do; False keeps an absolute clock.
+    sleep_after_send: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))

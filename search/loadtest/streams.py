@@ -137,17 +137,22 @@ class Arrivals(Streams):
 
     async def _send(self) -> None:
         shape, schedule = self.spec.burstiness, self.spec.schedule
-        start = due = time.perf_counter()
+        due = time.perf_counter()
         while not self.stop and (self.requests is None or self.issued < self.requests):
-            if schedule is not None:
-                if self.issued >= len(schedule):
-                    return
-                due = start + schedule[self.issued]
-                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            if schedule is not None and self.issued >= len(schedule):
+                return
             self.issued += 1
             self.tasks.append(asyncio.create_task(self._one()))
             if schedule is None:
-                due += self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
+                gap = self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
+            elif self.issued < len(schedule):
+                gap = schedule[self.issued] - schedule[self.issued - 1]
+            else:
+                return
+            if self.spec.sleep_after_send:
+                await asyncio.sleep(gap)
+            else:
+                due += gap
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
