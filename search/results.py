@@ -89,9 +89,9 @@ def startup_text(phases: dict[str, dict[str, float]]) -> str:
                     for name, span in phases.items() if name != "ready")
 
 
-def _level_at(t: TrialView, concurrency: int | None) -> dict[str, Any] | None:
+def _level_at(t: TrialView, where: float | None) -> dict[str, Any] | None:
     levels = t.levels
-    match = [lv for lv in levels if lv.get("max_concurrency") == concurrency]
+    match = [lv for lv in levels if _where(lv) == where]
     return match[0] if match else (levels[-1] if levels else None)
 
 
@@ -263,6 +263,10 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else str(value)
 
 
+def _where_text(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.0f} s"
 
@@ -283,7 +287,7 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
         spread = (f"{_fmt(r['mean_tok_s'], digits)}±{_fmt(r['spread_tok_s'] / 2, digits)} (n={r['repeats']})"
                   if r["mean_tok_s"] is not None else "")
         grid.add_row(str(r["rank"]), str(r["trial"]), r["outcome"], _fmt(r["peak_tok_s"], digits),
-                     _fmt(r["at_concurrency"]), *[_fmt(r[c]) for c in ladder], spread, _fmt(r["p99_ttft_ms"]),
+                     _where_text(r["at_concurrency"]), *[_fmt(r[c]) for c in ladder], spread, _fmt(r["p99_ttft_ms"]),
                      _fmt(r["p99_itl_ms"], 1), r["changed"], r["startup_s"],
                      f"{r['gpu_power']} @{r['gpu_at']}" if r["gpu_power"] else "", r["host"])
     out = io.StringIO()

@@ -49,8 +49,8 @@ class TrialResult:
     answers: list[str] | None = None
     answers_differ: bool | None = None  # None: no baseline to compare with
     objective: float | None = None  # the space's objective metric, best over the levels meeting the SLOs
-    peak_concurrency: int | None = None  # the level that gave it (0 for an open-loop level)
-    peak_rate: float | None = None  # ... an open-loop level's request rate
+    # The level that gave it: its concurrency, or an open-loop level's request rate.
+    peak_concurrency: float | None = None
     slo_ok: bool = False  # some level met the SLOs
     gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
     teardown: str | None = None  # the host was left dirty: the next trial's ensure_clean will wait
@@ -181,7 +181,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     if passing:
         best = max(passing, key=lambda level: level_score(space, level))
         result.objective = level_score(space, best)
-        result.peak_concurrency, result.peak_rate = best.max_concurrency, best.request_rate
+        result.peak_concurrency = best.request_rate if best.request_rate is not None else best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)
@@ -259,7 +259,8 @@ class _LevelTelemetry:
             except InfrastructureFault:  # telemetry explains a result; it never fails a trial
                 window = None
         if window is not None and window.power_w is not None:
-            self._records.append({"concurrency": level.max_concurrency, **window.record()})
+            where = level.request_rate if level.request_rate is not None else level.max_concurrency
+            self._records.append({"concurrency": where, **window.record()})
 
     def wrap(self, on_level: OnLevel | None) -> OnLevel:
         """``on_level`` preceded by this level's GPU record."""

@@ -88,8 +88,9 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
         console.print(levels)
     if result.objective is not None:
         objective = space.objective
-        where = (f" at {result.peak_rate:g} req/s sent" if result.peak_rate is not None and objective.metric != MAX_RATE
-                 else f" at concurrency {result.peak_concurrency}" if result.peak_rate is None else "")
+        open_loop = bool(space.load_test.request_rates)
+        where = ("" if objective.metric == MAX_RATE else f" at {result.peak_concurrency:g} req/s sent" if open_loop
+                 else f" at concurrency {result.peak_concurrency:g}")
         console.print(f"{result.outcome}: {objective.format(result.objective)} {objective.name}{where}")
     elif result.outcome in (Outcome.COMPLETED, Outcome.PRUNED):
         console.print(f"{result.outcome}: no level met the SLOs")
