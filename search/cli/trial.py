@@ -91,7 +91,7 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
         open_loop = bool(space.load_test.request_rates)
         where = ("" if objective.metric == MAX_RATE else f" at {result.peak_concurrency:g} req/s sent" if open_loop
                  else f" at concurrency {result.peak_concurrency:g}")
-        console.print(f"{result.outcome}: {objective.format(result.objective)} {objective.name}{where}")
+        console.print(f"{result.outcome}: peak {objective.format(result.objective)} {objective.name}{where}")
     elif result.outcome in (Outcome.COMPLETED, Outcome.PRUNED):
         console.print(f"{result.outcome}: no level met the SLOs")
     if result.answers_differ:
