@@ -100,6 +100,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400, help="requests per open-loop level")
     ap.add_argument("--range-ratio", type=float, default=1.0, help="open-loop levels: lengths in [ratio x len, len]")
     ap.add_argument("--goodput", action="append", default=[], help="an SLO KEY:MS for both clients, repeatable")
+    ap.add_argument("--same-arrivals", action="store_true",
+                    help="open-loop levels: ours sends the gaps bench_serving draws (its seed 42), each slept "
+                         "after the send as bench_serving does, instead of its own draw on an absolute clock")
     args = ap.parse_args()
     server = (emulator(args=shlex.split(args.server_args)) if args.instant_ms is None
               else instant_server(args.instant_ms / 1000))
@@ -134,6 +137,28 @@ def main() -> None:
             print(flush=True)
 
 
+def bench_serving_schedule(requests: int, rate: float, input_len: int, output_len: int, range_ratio: float,
+                           seed: int = 42) -> tuple[float, ...]:
+    """The send times bench_serving draws for its random dataset, so ours can offer the same arrivals.
+
+    0.5.23 seeds numpy's global generator with ``--seed`` (serving.py:2056, default 42), draws the
+    input then the output lengths (datasets/random.py -> common.py:60, ``np.random.randint(size=N)``),
+    and after each send an exponential gap (serving.py:1127). Its sends are relative sleeps, so a
+    busy event loop adds its delays to these; ours keeps them on an absolute clock.
+    """
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    for full in (input_len, output_len):
+        rng.randint(max(int(full * range_ratio), 1), full + 1, size=requests)
+    gaps = [rng.exponential(1.0 / rate) for _ in range(requests - 1)]
+    times, t = [0.0], 0.0
+    for gap in gaps:
+        t += gap
+        times.append(t)
+    return tuple(times)
+
+
 def open_loop(url: str, work: Path, args: argparse.Namespace) -> None:
     """N requests at each rate through both clients: throughput and goodput side by side."""
     print(f"{'req/s':>6} {'requests':>8} {'bs tok/s':>9} {'our tok/s':>9} {'diff':>7} {'bs goodput':>10} "
@@ -142,14 +167,22 @@ def open_loop(url: str, work: Path, args: argparse.Namespace) -> None:
     for rate in parse_rates(args.request_rate):
         theirs = bench_serving(url, work, None, args.requests, args.input_len, args.output_len, rate,
                                args.range_ratio, tuple(args.goodput))
+        schedule = (bench_serving_schedule(args.requests, rate, args.input_len, args.output_len, args.range_ratio)
+                    if args.same_arrivals else None)
         spec = LadderSpec(request_rates=(rate,), input_len=args.input_len, output_len=args.output_len,
-                          duration_s=None, requests=args.requests, range_ratio=args.range_ratio, goodput=slos)
+                          duration_s=None, requests=args.requests, range_ratio=args.range_ratio, goodput=slos,
+                          schedule=schedule, sleep_after_send=args.same_arrivals)
         ours = run_ladder(url, spec).levels[0]
         bs_good = theirs.get("request_goodput") or 0.0
         print(f"{rate:>6g} {args.requests:>8} {theirs['output_throughput']:>9,.1f} {ours.output_throughput:>9,.1f} "
               f"{ours.output_throughput / theirs['output_throughput'] - 1:>+7.2%} {bs_good:>10.2f} "
               f"{ours.request_goodput or 0.0:>11.2f} {(ours.request_goodput or 0.0) / bs_good - 1 if bs_good else 0:>+7.2%} "
               f"{theirs['median_ttft_ms']:>11.0f} {ours.median_ttft_ms or 0:>12.0f} {os.getloadavg()[0]:>5.1f}", flush=True)
+        if slos:  # each SLO's share alone, to see which metric the clients read differently
+            by = theirs.get("slo_attainment_by_metric") or {}
+            print("       attainment by SLO, bs / ours: " + ", ".join(
+                f"{k} {by.get(k, 0):.3f} / {(ours.slo_attainment_by_metric or {}).get(k, 0):.3f}" for k in slos)
+                + f"; durations bs {theirs['duration']:.1f} s / ours {ours.duration:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

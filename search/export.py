@@ -31,6 +31,14 @@ def profile(study: optuna.Study, number: int | None = None) -> tuple[int, Launch
     return chosen.number, render(space, space.clean(chosen.params))
 
 
+def describe(study: optuna.Study, number: int | None = None) -> str:
+    """What the exported trial scored, naming the objective and its unit: ``trial 3: 12.50 req/s, max rate under slo``."""
+    chosen = results.best(study) if number is None else view(study, number)
+    objective = space_of(study).objective
+    value = "no score" if chosen.value is None else objective.format(chosen.value)
+    return f"trial {chosen.number}: {value}, {objective.name} ({objective.unit})"
+
+
 def export(study: optuna.Study, fmt: str, *, number: int | None = None, out: Path | None = None) -> Path:
     """Write the profile in ``fmt``; the default file is ``profiles/<study>-trial<N>.<ext>``."""
     if fmt not in FORMATS:

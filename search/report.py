@@ -529,7 +529,8 @@ def _headline(study: optuna.Study, storage: str) -> str:
     <div><h2>Trial #{best.number} beats the baseline #{base.number}</h2>
       <p class="lead"><b>{objective.format(gain['best_tok_s'])}</b> {html.escape(objective.name)} against
       {objective.format(gain['baseline_tok_s'])}
-      {f'(peak at concurrency {at})' if at else ''}</p>
+      {(f'(peak at {at:g} req/s sent)' if space.load_test.request_rates else f'(peak at concurrency {at:g})')
+       if at and space.objective.metric != "max_rate_under_slo" else ''}</p>
       <p class="muted">{html.escape(spread)}</p></div>
   </div>
   <div class="split">

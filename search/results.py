@@ -89,9 +89,9 @@ def startup_text(phases: dict[str, dict[str, float]]) -> str:
                     for name, span in phases.items() if name != "ready")
 
 
-def _level_at(t: TrialView, concurrency: int | None) -> dict[str, Any] | None:
+def _level_at(t: TrialView, where: float | None) -> dict[str, Any] | None:
     levels = t.levels
-    match = [lv for lv in levels if lv.get("max_concurrency") == concurrency]
+    match = [lv for lv in levels if _where(lv) == where]
     return match[0] if match else (levels[-1] if levels else None)
 
 
@@ -113,6 +113,19 @@ def gpu_text(g: dict[str, Any] | None) -> str:
     return f"{g['power_w']:.0f}{limit} W{busy}"
 
 
+def _where(level: dict[str, Any]) -> float:
+    """A level's place on the ladder: its request rate (open loop), else its concurrency."""
+    rate = level.get("request_rate")
+    return float(rate) if rate is not None else float(level["max_concurrency"])
+
+
+def ladder_columns(space: Space) -> list[tuple[str, float]]:
+    """(column, level) of each ladder level: ``tok_s@256`` by concurrency, ``tok_s@4/s`` by request rate."""
+    if space.load_test.request_rates:
+        return [(f"tok_s@{r:g}/s", float(r)) for r in space.load_test.request_rates]
+    return [(f"tok_s@{c}", float(c)) for c in space.load_test.concurrency]
+
+
 def row(t: TrialView, space: Space) -> dict[str, Any]:
     """One trial as a flat record (the table, the CSV and the JSON share it)."""
     peak_c = t.peak_concurrency
@@ -126,9 +139,8 @@ def row(t: TrialView, space: Space) -> dict[str, Any]:
         "peak_tok_s": t.peak,
         "at_concurrency": peak_c,
     }
-    by_level = {lv["max_concurrency"]: lv["output_throughput"] for lv in t.levels}
-    for c in space.load_test.concurrency:
-        rec[f"tok_s@{c}"] = by_level.get(c)
+    for name, where in ladder_columns(space):
+        rec[name] = next((lv["output_throughput"] for lv in t.levels if _where(lv) == where), None)
     top_gpu = _top_gpu(t)
     rec.update({
         "p99_ttft_ms": at["p99_ttft_ms"] if at else None,
@@ -251,6 +263,10 @@ def _fmt(value: Any, digits: int = 0) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else str(value)
 
 
+def _where_text(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.0f} s"
 
@@ -259,18 +275,19 @@ def show_text(study: optuna.Study, top: int | None = None, width: int = 200) -> 
     """`study show` as text: the ranked table, then counts, gain, GPU time and importances."""
     data = summary(study, top)
     space = space_of(study)
-    ladder = list(space.load_test.concurrency)
+    ladder = [name for name, _ in ladder_columns(space)]
     objective = space.objective
+    digits = 2 if objective.unit == "req/s" else 0
     grid = Table(title=f"study {study.study_name}: {objective.name}, {objective.unit}", show_lines=False)
-    columns = ["#", "trial", "outcome", objective.unit, "@", *[f"{c}" for c in ladder], "mean±spread",
+    columns = ["#", "trial", "outcome", objective.unit, "@", *[c.removeprefix("tok_s@") for c in ladder], "mean±spread",
                "p99 TTFT", "p99 ITL", "changed from baseline", "startup s", "GPU at top level", "host"]
     for name in columns:
         grid.add_column(name, overflow="fold")
     for r in data["trials"]:
-        spread = (f"{_fmt(r['mean_tok_s'])}±{_fmt(r['spread_tok_s'] / 2)} (n={r['repeats']})"
+        spread = (f"{_fmt(r['mean_tok_s'], digits)}±{_fmt(r['spread_tok_s'] / 2, digits)} (n={r['repeats']})"
                   if r["mean_tok_s"] is not None else "")
-        grid.add_row(str(r["rank"]), str(r["trial"]), r["outcome"], _fmt(r["peak_tok_s"]), _fmt(r["at_concurrency"]),
-                     *[_fmt(r[f"tok_s@{c}"]) for c in ladder], spread, _fmt(r["p99_ttft_ms"]),
+        grid.add_row(str(r["rank"]), str(r["trial"]), r["outcome"], _fmt(r["peak_tok_s"], digits),
+                     _where_text(r["at_concurrency"]), *[_fmt(r[c]) for c in ladder], spread, _fmt(r["p99_ttft_ms"]),
                      _fmt(r["p99_itl_ms"], 1), r["changed"], r["startup_s"],
                      f"{r['gpu_power']} @{r['gpu_at']}" if r["gpu_power"] else "", r["host"])
     out = io.StringIO()

@@ -52,6 +52,8 @@ class Settings:
     rank_band: float = 0.15  # the model is fitted on the feasible trials within this fraction of the best
     band_min_points: int = 8  # ... once the band holds this many (else on every feasible trial)
     rank_guard: float = 0.06  # the first of the ranking is measured within this fraction of the best
+    # -- the load test
+    rate_search_steps: int = 3  # max_rate_under_slo: levels that bisect past the first rate missing the SLOs
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -65,9 +67,9 @@ class Settings:
                 if not isinstance(value, bool):
                     raise BadInput(f"setting {f.name}: {value!r} is not true or false")
             elif f.type == "int":
-                if isinstance(value, bool) or not isinstance(value, int) or value < (0 if f.name == "max_skips" else 1):
-                    raise BadInput(f"setting {f.name}: {value!r} is not a whole number of at least "
-                                   f"{0 if f.name == 'max_skips' else 1}")
+                least = 0 if f.name in _MAY_BE_ZERO else 1
+                if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                    raise BadInput(f"setting {f.name}: {value!r} is not a whole number of at least {least}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
                 raise BadInput(f"setting {f.name}: {value!r} is not a fraction in (0, 1]")
 
@@ -86,6 +88,9 @@ class Settings:
             except ValueError:
                 raise BadInput(f"--settings {pair!r}: {text!r} is not a {known[key]}") from None
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+_MAY_BE_ZERO = ("max_skips", "rate_search_steps")  # 0 turns the rule off
 
 
 def _boolean(text: str) -> bool:

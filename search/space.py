@@ -29,6 +29,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -190,7 +191,12 @@ class Launch(_Model):
 
 
 class LoadTest(_Model):
-    """One level per concurrency of the ladder, each for `duration_s` seconds or `requests` requests."""
+    """One level per concurrency of the ladder, each for `duration_s` seconds or `requests` requests.
+
+    ``request_rates`` makes the levels open-loop instead: requests sent at that many per second
+    (Poisson arrivals, or gamma with ``burstiness`` below 1 for bursts), whatever the server's speed,
+    so queueing shows in TTFT as it does under real traffic.
+    """
 
     api: Literal["completions", "chat", "generate"] = "completions"
     input_len: PositiveInt = 1024
@@ -201,6 +207,8 @@ class LoadTest(_Model):
     warmup_s: Annotated[float, Field(ge=0)] = 10.0
     # Client processes the streams run in; null: one, more for a level where it used a whole core.
     workers: PositiveInt | None = None
+    request_rates: list[PositiveFloat] = Field(default_factory=list)
+    burstiness: PositiveFloat = 1.0
 
     @model_validator(mode="after")
     def _per_level(self) -> LoadTest:
@@ -210,12 +218,18 @@ class LoadTest(_Model):
             object.__setattr__(self, "duration_s", 120.0)
         return self
 
-    @field_validator("concurrency")
+    @field_validator("concurrency", "request_rates")
     @classmethod
-    def _rising(cls, ladder: list[int]) -> list[int]:
+    def _rising(cls, ladder: list[Any], info: ValidationInfo) -> list[Any]:
         if sorted(set(ladder)) != ladder:
-            raise ValueError(f"concurrency must rise strictly, got {ladder}")
+            raise ValueError(f"{info.field_name} must rise strictly, got {ladder}")
         return ladder
+
+    @model_validator(mode="after")
+    def _rates_in_one_process(self) -> LoadTest:
+        if self.request_rates and self.workers not in (None, 1):
+            raise ValueError("request_rates levels run in one client process; drop workers")
+        return self
 
 
 class Workload(_Model):
@@ -248,15 +262,19 @@ class Workload(_Model):
 
 
 GOODPUT = "goodput"
+MAX_RATE = "max_rate_under_slo"
 
 
 class Objective(_Model):
     """Default: the highest output tok/s over the ladder, among levels that meet the SLOs.
 
     ``goodput`` is bench_serving's: requests/s whose TTFT, TPOT and E2E each meet ``goodput_slos_ms``.
+    ``max_rate_under_slo``: the highest request rate (of ``load_test.request_rates``, refined by a
+    bisection inside the trial) whose p99 TTFT and ITL meet ``slos``, as vLLM's ``serve_sla``.
     """
 
-    metric: Literal["output_throughput", "total_throughput", "request_throughput", "goodput"] = "output_throughput"
+    metric: Literal["output_throughput", "total_throughput", "request_throughput", "goodput",
+                    "max_rate_under_slo"] = "output_throughput"
     over_levels: Literal["max"] = "max"
     require_slos: StrictBool = True
     goodput_slos_ms: dict[Literal["ttft", "tpot", "e2el"], PositiveFloat] | None = None
@@ -271,11 +289,11 @@ class Objective(_Model):
     @property
     def level_key(self) -> str:
         """The LevelResult field the objective reads."""
-        return "request_goodput" if self.metric == GOODPUT else self.metric
+        return {GOODPUT: "request_goodput", MAX_RATE: "request_rate"}.get(self.metric, self.metric)
 
     @property
     def unit(self) -> str:
-        return "req/s" if self.metric in ("request_throughput", GOODPUT) else "tok/s"
+        return "req/s" if self.metric in ("request_throughput", GOODPUT, MAX_RATE) else "tok/s"
 
     def format(self, value: float) -> str:
         """A value with its unit: ``4,210 tok/s``, ``3.25 req/s``."""
@@ -314,6 +332,14 @@ class Space(_Model):
     @model_validator(mode="after")
     def _fill_timeouts(self) -> Space:
         object.__setattr__(self, "timeouts", {**PHASE_TIMEOUTS, **self.timeouts})
+        return self
+
+    @model_validator(mode="after")
+    def _rate_search_has_rates_and_slos(self) -> Space:
+        if self.objective.metric == MAX_RATE and not (self.load_test.request_rates and
+                                                      (self.slos.p99_ttft_ms or self.slos.p99_itl_ms)):
+            raise ValueError("objective max_rate_under_slo needs load_test.request_rates and slos "
+                             "(p99_ttft_ms and/or p99_itl_ms)")
         return self
 
     @property

@@ -331,7 +331,8 @@ class TrialView:
         return self.attrs.get(Attr.PEAK)
 
     @property
-    def peak_concurrency(self) -> int | None:
+    def peak_concurrency(self) -> float | None:
+        """The best level's concurrency, or an open-loop level's request rate."""
         return self.attrs.get(Attr.PEAK_CONCURRENCY)
 
 

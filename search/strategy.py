@@ -120,7 +120,12 @@ class Strategy:
         self._dists = discover(space)
         self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
         # The ladder rules; None (unguided, or ``pruning=False`` to ablate them alone) runs every level.
-        self.pruner = LadderPruner(space.targets, settings) if guided and pruning else None
+        # Targets are output tok/s by concurrency: they bound only an output-throughput objective
+        # (a space without an objective, as a benchmark landscape's, has that one).
+        objective = getattr(space, "objective", None)
+        tok_s = objective is None or objective.metric == "output_throughput"
+        unit = "tok/s" if objective is None else objective.unit
+        self.pruner = LadderPruner(space.targets if tok_s else {}, settings, unit=unit) if guided and pruning else None
         # Known crashes and repeats told without running; None (unguided, ``memory=False``) runs every proposal.
         self.memory = Memory(self._dists, settings) if guided and memory else None
 
@@ -168,7 +173,7 @@ class Strategy:
         best = self.top(study, 1)
         return best[0] if best else None
 
-    def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: int, value: float) -> bool:
+    def on_level(self, study: optuna.Study, trial: optuna.Trial, step: int, concurrency: float, value: float) -> bool:
         """Report a ladder level (step = its index); False means prune the trial now (`LadderPruner`
         says why, kept as ``pruned_because``)."""
         trial.report(value, step)

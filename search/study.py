@@ -63,7 +63,7 @@ from search.storage import (
     views,
 )
 from search.strategy import Strategy
-from search.trial import TrialResult
+from search.trial import TrialResult, level_score
 
 MAX_INFRA_RETRIES = 3  # consecutive infrastructure faults of one config on one host in one run before the study stops
 TOP_K = 3  # configs re-measured at the end
@@ -299,8 +299,11 @@ class StudyRun:
         def level(result: LevelResult) -> bool:
             running.levels.append(result)
             self.listener.level(number, result)
-            return self.strategy.on_level(self._live, trial, len(running.levels) - 1, result.max_concurrency,
-                                          result.output_throughput)
+            # Reported (and pruned) on what the objective reads: tok/s, goodput, or the rate met;
+            # an open-loop level is named by its rate.
+            where = result.request_rate if result.request_rate is not None else result.max_concurrency
+            return self.strategy.on_level(self._live, trial, len(running.levels) - 1, where,
+                                          level_score(self.space, result))
 
         def event(seen: Event) -> None:
             if seen.kind == "phase":
@@ -355,7 +358,7 @@ class StudyRun:
         objective = result.objective
         if outcome == Outcome.COMPLETED and objective is None:
             # No level met the SLOs: keep its best throughput, the slo constraint keeps it from winning.
-            objective = max((level.output_throughput for level in result.levels), default=0.0)
+            objective = max((level_score(self.space, level) for level in result.levels), default=0.0)
         if outcome == Outcome.PRUNED and result.levels and trial.user_attrs.get(Attr.PRUNED_BECAUSE) is None:
             trial.set_user_attr(Attr.PRUNED_BECAUSE, "the ladder stopped early")
         self.strategy.tell(self._live, trial, outcome, objective=objective, slo_ok=result.slo_ok,

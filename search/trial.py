@@ -22,9 +22,11 @@ from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
 from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
+from search.loadtest.metrics import meets_slos
 from search.loadtest.workload import SharedPrefix
 from search.profile import LaunchProfile, render
-from search.space import Space
+from search.settings import DEFAULT, Settings
+from search.space import MAX_RATE, Space
 from search.storage import Outcome
 
 CLEAN_TIMEOUT_S = 60.0  # how long a trial waits for a previous server's port and GPUs
@@ -47,7 +49,8 @@ class TrialResult:
     answers: list[str] | None = None
     answers_differ: bool | None = None  # None: no baseline to compare with
     objective: float | None = None  # the space's objective metric, best over the levels meeting the SLOs
-    peak_concurrency: int | None = None  # the level that gave it
+    # The level that gave it: its concurrency, or an open-loop level's request rate.
+    peak_concurrency: float | None = None
     slo_ok: bool = False  # some level met the SLOs
     gpu_seconds: float = 0.0  # wall time the trial held the GPUs (startup + load test + teardown)
     teardown: str | None = None  # the host was left dirty: the next trial's ensure_clean will wait
@@ -72,8 +75,8 @@ class TrialResult:
         }
 
 
-def ladder_spec(space: Space) -> LadderSpec:
-    """The space's load test as the ladder runs it."""
+def ladder_spec(space: Space, settings: Settings = DEFAULT) -> LadderSpec:
+    """The space's load test as the ladder runs it (with the rate search for ``max_rate_under_slo``)."""
     lt, wl = space.load_test, space.workload
     prefix = (SharedPrefix(wl.groups, wl.prompts_per_group, wl.system_prompt_len, wl.question_len)
               if wl.groups and wl.prompts_per_group and wl.system_prompt_len and wl.question_len else None)
@@ -82,7 +85,11 @@ def ladder_spec(space: Space) -> LadderSpec:
                       output_len=lt.output_len, duration_s=lt.duration_s, requests=lt.requests,
                       warmup_s=lt.warmup_s, api=lt.api, workers=lt.workers, range_ratio=wl.range_ratio,
                       dataset=str(dataset) if dataset else None, shared_prefix=prefix,
-                      goodput={str(k): v for k, v in (space.objective.goodput_slos_ms or {}).items()} or None)
+                      goodput={str(k): v for k, v in (space.objective.goodput_slos_ms or {}).items()} or None,
+                      request_rates=tuple(lt.request_rates), burstiness=lt.burstiness,
+                      rate_slos={k: v for k, v in slos_of(space).items() if v is not None} or None
+                      if space.objective.metric == MAX_RATE else None,
+                      rate_search_steps=settings.rate_search_steps if space.objective.metric == MAX_RATE else 0)
 
 
 def slos_of(space: Space) -> dict[str, float | None]:
@@ -90,11 +97,15 @@ def slos_of(space: Space) -> dict[str, float | None]:
     return {key: getattr(space.slos, key, None) for key in SLO_KEYS}
 
 
-def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
-    """Every SLO the space sets holds at this level (an unmeasured value does not), without errors."""
-    values = {key: getattr(level, key) for key in slos}
-    within = all(limit is None or (values[key] is not None and values[key] <= limit) for key, limit in slos.items())
-    return within and not level.errors
+def level_score(space: Space, level: LevelResult) -> float:
+    """What a level is worth to the space's objective, as each is reported (and pruned on).
+
+    The objective's own figure (output tok/s, goodput req/s...); for ``max_rate_under_slo`` the
+    level's rate when it met the SLOs, else 0.
+    """
+    if space.objective.metric == MAX_RATE:
+        return (level.request_rate or 0.0) if meets_slos(level, slos_of(space)) else 0.0
+    return float(getattr(level, space.objective.level_key) or 0.0)
 
 
 def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir: Path, marker: str,
@@ -168,9 +179,9 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     slos = slos_of(space)
     passing = [level for level in ladder.levels if meets_slos(level, slos)]
     if passing:
-        key = space.objective.level_key
-        best = max(passing, key=lambda level: getattr(level, key) or 0.0)
-        result.objective, result.peak_concurrency = getattr(best, key), best.max_concurrency
+        best = max(passing, key=lambda level: level_score(space, level))
+        result.objective = level_score(space, best)
+        result.peak_concurrency = best.request_rate if best.request_rate is not None else best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)
@@ -248,7 +259,8 @@ class _LevelTelemetry:
             except InfrastructureFault:  # telemetry explains a result; it never fails a trial
                 window = None
         if window is not None and window.power_w is not None:
-            self._records.append({"concurrency": level.max_concurrency, **window.record()})
+            where = level.request_rate if level.request_rate is not None else level.max_concurrency
+            self._records.append({"concurrency": where, **window.record()})
 
     def wrap(self, on_level: OnLevel | None) -> OnLevel:
         """``on_level`` preceded by this level's GPU record."""

@@ -169,10 +169,13 @@ def export(
     storage: str = _STORAGE,
 ) -> None:
     """Write the launch profile of the best trial (or --trial N)."""
+    from search.export import describe
     from search.export import export as write
     from search.storage import load
 
-    print(write(load(name, storage), fmt, number=trial, out=out))
+    study = load(name, storage)
+    print(write(study, fmt, number=trial, out=out))
+    print(describe(study, trial), file=sys.stderr)  # stdout stays the path, for scripts
 
 
 @app.command("report")

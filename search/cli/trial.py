@@ -12,11 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from search.errors import InfrastructureFault, RunFailed
+from search.loadtest.metrics import meets_slos
 from search.logwatch import Event
 from search.overrides import overridden, parse_sets
+from search.space import MAX_RATE
 from search.stop_signals import stop_signals_as_interrupt
 from search.storage import Outcome
-from search.trial import TrialResult, meets_slos, run_trial, slos_of
+from search.trial import TrialResult, run_trial, slos_of
 
 app = typer.Typer(help="Run one configuration end to end, outside a study.", no_args_is_help=True)
 console = Console(highlight=False)
@@ -73,18 +75,23 @@ def _print(result: TrialResult, space: Any, began: float) -> None:
     if result.levels:
         slos = slos_of(space)
         levels = Table(title="load test", title_justify="left")
-        for column in ("concurrency", "output tok/s", "total tok/s", "req/s", "p99 TTFT ms", "p99 ITL ms",
-                       "errors", "SLOs"):
+        open_loop = any(lv.request_rate is not None for lv in result.levels)
+        for column in ("rate req/s" if open_loop else "concurrency", "output tok/s", "total tok/s", "req/s",
+                       "p99 TTFT ms", "p99 ITL ms", "errors", "SLOs"):
             levels.add_column(column, justify="right")
         for lv in result.levels:
-            levels.add_row(str(lv.max_concurrency), _num(lv.output_throughput, ",.0f"),
+            levels.add_row(f"{lv.request_rate:g}" if lv.request_rate is not None else str(lv.max_concurrency),
+                           _num(lv.output_throughput, ",.0f"),
                            _num(lv.total_throughput, ",.0f"), _num(lv.request_throughput, ".2f"),
                            _num(lv.p99_ttft_ms, ",.0f"), _num(lv.p99_itl_ms, ",.1f"),
                            str(sum(lv.errors.values())), "ok" if meets_slos(lv, slos) else "missed")
         console.print(levels)
     if result.objective is not None:
-        console.print(f"{result.outcome}: peak {result.objective:,.0f} output tok/s at concurrency "
-                      f"{result.peak_concurrency}")
+        objective = space.objective
+        open_loop = bool(space.load_test.request_rates)
+        where = ("" if objective.metric == MAX_RATE else f" at {result.peak_concurrency:g} req/s sent" if open_loop
+                 else f" at concurrency {result.peak_concurrency:g}")
+        console.print(f"{result.outcome}: peak {objective.format(result.objective)} {objective.name}{where}")
     elif result.outcome in (Outcome.COMPLETED, Outcome.PRUNED):
         console.print(f"{result.outcome}: no level met the SLOs")
     if result.answers_differ:

@@ -6,6 +6,13 @@ Interface (other landscapes, unseen by our tests, get plugged in; keep it exact)
     phase_seconds(flags, env) -> {phase: unscaled seconds}                       (optional)
     max_running_requests(flags, env) -> the automatic cap                        (optional)
     corrupt(flags, env) -> True when outputs are wrong (NaN logits)              (optional)
+    prefill(flags, env) -> {"tokens_per_s": float, "batch_overhead_s": float}    (optional)
+`prefill` shapes what prompts cost: uncached prompt tokens per second of a prefill batch and a
+fixed cost per batch (default 40,000 tok/s and 0 s). The flags shape the rest as SGLang does:
+`--disable-radix-cache` (no prefix hits), `--schedule-policy` (lpm orders the queue by cached
+prefix), `--chunked-prefill-size` / `--max-prefill-tokens` (tokens per batch, so with an overhead
+smaller chunks cost more batches); a landscape that wants the radix cache or a policy to cost
+decode speed reads those flags in `throughput`.
 `flags` maps every argparse dest of the version to its value (defaults filled); `env` is the
 server's environment.
 
@@ -29,6 +36,7 @@ PHASES = ("loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 DEFAULT_PHASE_SECONDS = {"starting": 10.0, "loading": 240.0, "kv_cache": 8.0, "autotune": 60.0,
                          "cuda_graph": 45.0, "warmup": 4.0}
 DEFAULT_MAX_RUNNING_REQUESTS = 2048
+DEFAULT_PREFILL = {"tokens_per_s": 40_000.0, "batch_overhead_s": 0.0}
 BUILTIN = Path(__file__).parent / "landscapes" / "seed.py"
 
 
@@ -77,6 +85,16 @@ class Landscape:
     def max_running_requests(self, flags: dict[str, Any], env: dict[str, str]) -> int:
         given = getattr(self.module, "max_running_requests", None)
         return max(1, int(given(flags, env))) if given else DEFAULT_MAX_RUNNING_REQUESTS
+
+    def prefill(self, flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
+        """``{"tokens_per_s", "batch_overhead_s"}``, the landscape's where it gives them."""
+        given = getattr(self.module, "prefill", None)
+        own = dict(given(flags, env)) if given else {}
+        figures = {**DEFAULT_PREFILL, **{k: float(v) for k, v in own.items()}}
+        if set(figures) != set(DEFAULT_PREFILL) or figures["tokens_per_s"] <= 0 or figures["batch_overhead_s"] < 0:
+            raise LandscapeError(f"landscape {self.path}: prefill() returned {own!r}; need "
+                                 "{'tokens_per_s': > 0, 'batch_overhead_s': >= 0}")
+        return figures
 
     def corrupt(self, flags: dict[str, Any], env: dict[str, str]) -> bool:
         given = getattr(self.module, "corrupt", None)

@@ -6,6 +6,17 @@ the virtual step count V, says how far every request is: request r has produced
 second and wakes only the requests whose next `--stream-interval` chunk is due (a heap keyed by
 the V at which it is). Cost is per delivered chunk, not per request per tick, which is what
 keeps 1,024 streams at the modelled rate on two cores.
+
+Prefill runs one batch at a time, as SGLang's scheduler forms them (``schedule_policy.py``,
+``PrefillAdder``): when the last batch is done, the waiting queue is ordered by the schedule
+policy, each request's cached prefix is looked up in the radix cache (``radix.py``; none with
+``--disable-radix-cache``), and requests join the batch until its token budget
+(``--chunked-prefill-size``, else ``--max-prefill-tokens``) is spent; the one that does not fit
+is chunked and goes on in the next batch. A batch takes its uncached tokens over the prefill rate
+(plus a per-batch overhead, both the landscape's); at its end its prompts enter the cache and its
+requests join the decode batch with their first token. So a request's TTFT is its wait in the
+queue (behind the running cap and earlier batches) plus its batch, and shared prefixes cost only
+their first prefill.
 """
 
 from __future__ import annotations
@@ -17,21 +28,48 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Callable
 
-# Prefill throughput (input tokens/s) of the emulated machine: TTFT = queueing + prompt / this.
+from search.emulator.radix import RadixCache
+
+# Prefill throughput (input tokens/s) of the emulated machine: TTFT = queueing + uncached prompt / this.
 PREFILL_TOKENS_PER_S = 40_000.0
+# schedule_policy.py (0.5.23): LPM sorts the queue only up to this many waiting requests
+# (WAITING_QUEUE_PREFIX_MATCH_MAX, line 137), and among requests with at most
+# IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD cached tokens defers those sharing at least
+# IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD tokens with one already ahead (lines 110-118, 346-396).
+LPM_QUEUE_MAX = 128
+IN_BATCH_CHECK = 32
+IN_BATCH_DEPRIORITIZE = 32
 _MAX_SLEEP_S = 0.05
 _MIN_SLEEP_S = 0.002
 _NOISE_PERIOD_S = 1.0
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """How prefill batches form and what they cost (the launch flags and the landscape's figures)."""
+
+    tokens_per_s: float = PREFILL_TOKENS_PER_S
+    batch_overhead_s: float = 0.0
+    budget: int = 16384  # new tokens per batch: --chunked-prefill-size, else --max-prefill-tokens
+    chunked: bool = True  # a request over the budget is split (else it runs alone in a batch)
+    policy: str = "fcfs"  # --schedule-policy
+    radix_cache: bool = True  # not --disable-radix-cache
+
+
 class Request:
     __slots__ = ("prompt_tokens", "target", "start_v", "emitted", "state", "waiter", "arrived",
-                 "first_token_at", "last_token_at", "finish_reason")
+                 "first_token_at", "last_token_at", "finish_reason", "key", "cached", "remaining")
 
-    def __init__(self, prompt_tokens: int, target: int, finish_reason: str) -> None:
+    def __init__(self, prompt_tokens: int, target: int, finish_reason: str,
+                 key: Sequence[Hashable] = ()) -> None:
         self.prompt_tokens = prompt_tokens
+        self.key = key  # the prompt's tokens, as the radix cache matches them
+        self.cached = 0  # prompt tokens found in the cache when its prefill began
+        self.remaining = 0  # prompt tokens still to prefill (a chunked request)
         self.target = target  # 0: prefill only (max_new_tokens 0), finished without a token
         self.finish_reason = finish_reason
         self.start_v = 0.0
@@ -59,8 +97,9 @@ class Stats:
 class Scheduler:
     def __init__(self, rate: Callable[[int], float], cap: int, stream_interval: int, kv_tokens: int,
                  noise: float, seed: int | None, log_interval: int,
-                 on_prefill: Callable[[int, int, int, int, float, float], None],
-                 on_decode: Callable[[int, int, int, float, float], None], record: bool) -> None:
+                 on_prefill: Callable[[int, int, int, int, int, float, float], None],
+                 on_decode: Callable[[int, int, int, float, float], None], record: bool,
+                 prefill: Prefill | None = None) -> None:
         self.rate = rate
         self.cap = cap
         self.stream_interval = max(1, stream_interval)
@@ -79,7 +118,13 @@ class Scheduler:
         self.last_t = 0.0
         self.factor = 1.0
         self.factor_until = 0.0
-        self.prefill_free_at = 0.0
+        self.prefill = prefill or Prefill()
+        policy = self.prefill.policy
+        # schedule_policy.py _validate_and_adjust_policy: cache-aware policies fall back to FCFS without the cache.
+        self.policy = "fcfs" if not self.prefill.radix_cache and policy in ("lpm", "dfs-weight") else policy
+        self.cache = RadixCache(kv_tokens) if self.prefill.radix_cache else None
+        self.batch_busy = False  # a prefill batch is running
+        self.chunked_req: Request | None = None  # the request whose prompt goes on in the next batch
         self.prefill_logged_at = time.monotonic()
         self.stats = Stats()
         self.logged_tokens = 0
@@ -115,6 +160,8 @@ class Scheduler:
                 pass
         elif req.state == "prefill":
             self.prefilling -= 1
+            if self.chunked_req is req:
+                self.chunked_req = None
         elif req.state == "running":
             self._advance(time.monotonic())
             self.running.discard(req)
@@ -212,28 +259,97 @@ class Scheduler:
             req.waiter.set_result(None)
 
     def _admit(self, now: float) -> None:
-        seqs = tokens = 0
-        loop = asyncio.get_running_loop()
-        while self.queue and self.num_running < self.cap:
-            req = self.queue.popleft()
-            req.state = "prefill"
-            self.prefilling += 1
-            self.prefill_free_at = max(now, self.prefill_free_at) + req.prompt_tokens / PREFILL_TOKENS_PER_S
-            loop.call_later(self.prefill_free_at - now, self._join, req)
-            seqs += 1
-            tokens += req.prompt_tokens
-        if seqs:
-            elapsed = now - self.prefill_logged_at
-            self.prefill_logged_at = now
-            self.on_prefill(seqs, tokens, self.num_running, len(self.queue), self.token_usage(),
-                            tokens / elapsed if elapsed > 0 else 0.0)
-
-    def _join(self, req: Request) -> None:
-        """Prefill done: the request joins the decode batch with its first token."""
-        if req.state != "prefill":
+        """Form the next prefill batch, unless one is running (its end calls this again)."""
+        if self.batch_busy or self.cap <= 0:
             return
+        budget = self.prefill.budget
+        batch: list[Request] = []
+        new = cached = 0
+        if self.chunked_req is not None:  # a chunked prompt goes first, as SGLang's chunked_req
+            req = self.chunked_req
+            take = min(req.remaining, budget) if self.prefill.chunked else req.remaining
+            req.remaining -= take
+            budget -= take
+            new += take
+            batch.append(req)
+            if req.remaining == 0:
+                self.chunked_req = None
+        if self.chunked_req is None:
+            self._order_queue()
+        while self.chunked_req is None and self.queue and self.num_running < self.cap and budget > 0:
+            req = self.queue[0]
+            match = self._match(req)
+            need = req.prompt_tokens - match
+            if need > budget and not self.prefill.chunked and batch:
+                break  # does not fit: the next batch
+            self.queue.popleft()
+            req.state, req.cached = "prefill", match
+            self.prefilling += 1
+            take = min(need, budget) if self.prefill.chunked else need
+            req.remaining = need - take
+            budget -= take
+            new += take
+            cached += match
+            batch.append(req)
+            if req.remaining:
+                self.chunked_req = req
+        if not batch:
+            return
+        self.batch_busy = True
+        seconds = self.prefill.batch_overhead_s + new / self.prefill.tokens_per_s
+        asyncio.get_running_loop().call_later(seconds, self._batch_done, batch)
+        elapsed = now - self.prefill_logged_at
+        self.prefill_logged_at = now
+        self.on_prefill(len(batch), new, cached, self.num_running, len(self.queue), self.token_usage(),
+                        new / elapsed if elapsed > 0 else 0.0)
+
+    def _match(self, req: Request) -> int:
+        """Cached prompt tokens; at least one token is always computed (SGLang matches input_len - 1)."""
+        if self.cache is None or not req.key:
+            return 0
+        return min(self.cache.match(req.key), req.prompt_tokens - 1, len(req.key) - 1)
+
+    def _order_queue(self) -> None:
+        """The waiting queue in the schedule policy's order (schedule_policy.py calc_priority)."""
+        policy, queue = self.policy, self.queue
+        if len(queue) < 2:
+            return
+        if policy in ("lpm", "dfs-weight") and len(queue) <= LPM_QUEUE_MAX and self.cache is not None:
+            ahead = RadixCache(sum(len(r.key) for r in queue) + 1)  # the in-batch check's own tree
+            ranked = []
+            for i, req in enumerate(queue):
+                match = self._match(req)
+                deferred = False
+                if match <= IN_BATCH_CHECK and req.key:
+                    if ahead.match(req.key) >= IN_BATCH_DEPRIORITIZE:
+                        deferred = True
+                    else:
+                        ahead.insert(req.key)
+                ranked.append((deferred, -match, i, req))
+            ranked.sort(key=lambda item: item[:3])
+            self.queue = deque(item[3] for item in ranked)
+        elif policy == "lof":
+            self.queue = deque(sorted(queue, key=lambda r: -r.target))
+        elif policy == "random":
+            items = list(queue)
+            self.random.shuffle(items)
+            self.queue = deque(items)
+
+    def _batch_done(self, batch: list[Request]) -> None:
+        """A prefill batch ended: its complete prompts enter the cache and start decoding."""
+        self.batch_busy = False
         now = time.monotonic()
         self._advance(now)
+        for req in batch:
+            if req.state != "prefill" or req.remaining:
+                continue  # aborted meanwhile, or a chunk of a prompt that goes on
+            if self.cache is not None and req.key:
+                self.cache.insert(req.key)
+            self._join(req, now)
+        self.wake.set()
+
+    def _join(self, req: Request, now: float) -> None:
+        """Prefill done: the request joins the decode batch with its first token."""
         self.prefilling -= 1
         if req.target == 0:
             self._finish(req, now)
@@ -243,7 +359,6 @@ class Scheduler:
         req.first_token_at = now
         self.running.add(req)
         self._emit(req, 1, now)
-        self.wake.set()
 
     def _next_delay(self) -> float | None:
         while self.heap and self.heap[0][2].state != "running":

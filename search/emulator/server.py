@@ -24,7 +24,7 @@ from search.emulator import tokens
 from search.emulator.config import Settings
 from search.emulator.landscape import Landscape
 from search.emulator.logs import Logger
-from search.emulator.scheduler import Request, Scheduler
+from search.emulator.scheduler import Prefill, Request, Scheduler
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, float("inf"))
 _WARMUP_PROMPT = "The capital city of France is"
@@ -56,12 +56,12 @@ class Emulator:
             rate=lambda n: landscape.throughput(flags, env, n), cap=plan["max_running_requests"],
             stream_interval=int(flags.get("stream_interval") or 1), kv_tokens=plan["kv_tokens"],
             noise=settings.noise, seed=settings.seed, log_interval=int(flags.get("decode_log_interval") or 40),
-            on_prefill=lambda seqs, new, running, queued, usage, rate: self.batch_line(
-                "prefill", seqs=seqs, new=new, running=running, queued=queued, usage=usage, rate=rate,
-                prefill_graph=prefill_graph),
+            on_prefill=lambda seqs, new, cached, running, queued, usage, rate: self.batch_line(
+                "prefill", seqs=seqs, new=new, cached=cached, running=running, queued=queued, usage=usage,
+                rate=rate, prefill_graph=prefill_graph),
             on_decode=lambda running, toks, queued, usage, rate: self.batch_line(
                 "decode", running=running, tokens=toks, queued=queued, usage=usage, rate=rate, graph=graph),
-            record=bool(flags.get("enable_metrics")))
+            record=bool(flags.get("enable_metrics")), prefill=prefill_of(flags, env, plan, landscape))
 
     def batch_line(self, key: str, **values: object) -> None:
         self.rank0.say(key, **values)
@@ -90,7 +90,7 @@ class Emulator:
         max_req_len = min(self.plan["context_len"], self.plan["kv_tokens"]) - 1
         limit = max_tokens if max_tokens is not None else max(0, max_req_len - prompt_tokens - 1)
         natural = limit if ignore_eos else min(limit, tokens.natural_length(seed))
-        req = Request(prompt_tokens, natural, "length" if natural == limit else "stop")
+        req = Request(prompt_tokens, natural, "length" if natural == limit else "stop", tokens.key(prompt))
         self.scheduler.submit(req)
         return req, seed
 
@@ -106,6 +106,19 @@ class Emulator:
 
     def text(self, seed: int, start: int, end: int) -> str:
         return tokens.text(seed, start, end, self.plan["corrupt"])
+
+
+def prefill_of(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], landscape: Landscape) -> Prefill:
+    """How prefill batches form: the landscape's figures, the flags' budget, policy and cache.
+
+    The budget is --chunked-prefill-size (SGLang's rem_chunk_tokens), or --max-prefill-tokens
+    when chunking is off (-1)."""
+    figures = landscape.prefill(flags, env)
+    chunk = int(plan["chunked_prefill_size"])
+    return Prefill(tokens_per_s=figures["tokens_per_s"], batch_overhead_s=figures["batch_overhead_s"],
+                   budget=chunk if chunk > 0 else int(plan["max_prefill_tokens"]), chunked=chunk > 0,
+                   policy=str(flags.get("schedule_policy") or "fcfs"),
+                   radix_cache=not flags.get("disable_radix_cache"))
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -167,13 +180,17 @@ def _messages(value: Any) -> tuple[str, int]:
     return joined, sum(tokens.count(text) + 4 for text in texts) + 3
 
 
-def _usage(prompt: int, completion: int, *, exclude_none: bool = False, legacy: bool = False) -> dict[str, int | None]:
+def _usage(prompt: int, completion: int, *, exclude_none: bool = False, legacy: bool = False,
+           cached: int | None = None) -> dict[str, Any]:
     """UsageInfo (0.5.23 entrypoints/openai/protocol.py:221; 0.5.9 :131 and 0.5.8.post1 :105,
     `legacy`, have no completion_tokens_details) as pydantic dumps it; a usage chunk dumped with
-    exclude_none drops the null fields."""
-    usage: dict[str, int | None] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-                                    "completion_tokens": completion, "prompt_tokens_details": None,
-                                    "reasoning_tokens": 0}
+    exclude_none drops the null fields. ``cached``: the radix cache's hits, given only under
+    --enable-cache-report (usage_processor.py:39, 81; serving_chat.py:837), as
+    PromptTokensDetails ``{"cached_tokens": N}`` (protocol.py:195)."""
+    details = None if cached is None else {"cached_tokens": cached}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                             "completion_tokens": completion, "prompt_tokens_details": details,
+                             "reasoning_tokens": 0}
     if not legacy:
         usage["completion_tokens_details"] = None
     return {k: v for k, v in usage.items() if v is not None} if exclude_none else usage
@@ -279,6 +296,8 @@ def build_app(emu: Emulator) -> FastAPI:
     async def flush_cache() -> Response:
         if emu.scheduler.num_running or emu.scheduler.queue:
             return Response("Cache not flushed. Please check for pending requests.", status_code=400)
+        if emu.scheduler.cache is not None:
+            emu.scheduler.cache.reset()
         return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running "
                         "or waiting requests, the operation will not be performed.)\n")
 
@@ -325,7 +344,7 @@ def build_app(emu: Emulator) -> FastAPI:
                 meta["total_retractions"] = 0
             else:
                 meta.update(num_retractions=0, reasoning_tokens=0)
-            meta.update(completion_tokens=n, cached_tokens=0)
+            meta.update(completion_tokens=n, cached_tokens=req.cached)
             if done:
                 meta["e2e_latency"] = time.monotonic() - req.arrived
             return {"text": emu.text(seed, 0, n), "output_ids": tokens.ids(seed, 0, n, emu.plan["corrupt"]),
@@ -366,6 +385,10 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     if not isinstance(stream_options, dict):
         raise BadRequest("'stream_options' must be an object.")
     req, seed = emu.new_request(prompt, n_prompt, max_tokens, ignore_eos, temperature)
+
+    def cached() -> int | None:
+        return req.cached if emu.flags.get("enable_cache_report") else None
+
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     model = json.dumps(body.get("model") or emu.model)
@@ -381,7 +404,7 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
         else:
             choice.update(text=text, logprobs=None)
         return JSONResponse({"id": rid, "object": obj, "created": created, "model": json.loads(model),
-                             "choices": [choice], "usage": _usage(n_prompt, req.emitted, legacy=legacy)})
+                             "choices": [choice], "usage": _usage(n_prompt, req.emitted, legacy=legacy, cached=cached())})
     # The chunks as 0.5.23 serializes them (entrypoints/openai/): text chunks are pydantic models
     # (protocol.py CompletionStreamResponse / ChatCompletionStreamResponse: "usage": null unless
     # continuous_usage_stats); chat's role and finish chunks are sse_utils.py's msgspec structs
@@ -413,7 +436,11 @@ async def _openai(emu: Emulator, body: dict[str, Any], prompt: str | list[int], 
     continuous = bool(stream_options.get("continuous_usage_stats")) and (chat or emu.log.version != "0.5.8.post1")
 
     def usage_b(n: int, full: bool) -> bytes:
-        return json.dumps(_usage(n_prompt, n, exclude_none=not full, legacy=legacy), separators=(",", ":")).encode()
+        # The running usage of a completion chunk carries no cached details (serving_completions.py:397);
+        # chat's does, and so does the final usage chunk of both.
+        details = cached() if chat or not full else None
+        return json.dumps(_usage(n_prompt, n, exclude_none=not full, legacy=legacy, cached=details),
+                          separators=(",", ":")).encode()
 
     async def events() -> AsyncIterator[bytes]:
         if chat and legacy:

@@ -19,6 +19,11 @@ def count(text: str) -> int:
     return max(1, len(_TOKEN.findall(text)))
 
 
+def key(prompt: str | list[int]) -> tuple[object, ...]:
+    """The prompt's tokens as the radix cache compares them: ids as sent, or the words of a text."""
+    return tuple(prompt) if isinstance(prompt, list) else tuple(_TOKEN.findall(prompt))
+
+
 def seed_of(prompt: str | list[int]) -> int:
     data = prompt.encode() if isinstance(prompt, str) else ",".join(map(str, prompt)).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")

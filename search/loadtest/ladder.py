@@ -12,7 +12,7 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from search.loadtest.metrics import (
     LevelResult,
     from_requests,
     from_window,
+    meets_slos,
     relative_half_width,
     request_cycle_s,
     tokens_between,
@@ -51,10 +52,17 @@ class LadderResult:
     aborted: str | None = None  # why the ladder stopped early (server died, too many errors)
     aborted_at: float | None = None  # the level that was running then: its concurrency, or its rate (open loop)
     pruned: bool = False  # on_level returned False
+    rate_search: RateSearch | None = None
+
+    @property
+    def max_rate_under_slo(self) -> float | None:
+        """The highest request rate measured meeting ``spec.rate_slos``; None: none did (or no search)."""
+        return self.rate_search.best if self.rate_search is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.to_dict(),
+            "max_rate_under_slo": self.max_rate_under_slo,
             "levels": [lv.to_dict() for lv in self.levels],
             "aborted": self.aborted,
             "aborted_at": self.aborted_at,
@@ -249,6 +257,45 @@ def _finite(x: float) -> float | None:
     return x if x != float("inf") else None
 
 
+class RateSearch:
+    """The open-loop levels in the order they run, and the highest rate under the SLOs.
+
+    Without ``rate_slos`` the levels are the spec's rates, ascending. With them the climb stops at
+    the first rate whose level misses the SLOs (a higher rate only queues more: its p99 TTFT is
+    worse), then ``rate_search_steps`` levels bisect between the last rate that met them (0 when
+    none did) and that one, as vLLM's ``bench sweep serve_sla`` searches. Bounded by the spec's
+    highest rate, so a server meeting the SLOs everywhere scores that rate. Each level still goes
+    through ``on_level``, so the search is pruned as a ladder is.
+    """
+
+    def __init__(self, spec: LadderSpec) -> None:
+        self.rates = list(spec.request_rates)
+        self.slos = spec.rate_slos
+        self.steps = spec.rate_search_steps
+        self.best: float | None = None  # the highest rate measured meeting the SLOs
+        self._low, self._high = 0.0, None  # type: tuple[float, float | None]
+
+    def __iter__(self) -> Iterator[float]:
+        for rate in self.rates:
+            yield rate
+            if self._high is not None:
+                break
+        if self._high is None:
+            return
+        for _ in range(self.steps):
+            yield (self._low + self._high) / 2
+
+    def record(self, level: LevelResult, rate: float) -> None:
+        """Take a finished level's verdict into the search."""
+        if self.slos is None:
+            return
+        if meets_slos(level, self.slos):
+            self._low = max(self._low, rate)
+            self.best = max(self.best or 0.0, rate)
+        else:
+            self._high = rate if self._high is None else min(self._high, rate)
+
+
 async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = None,
                       should_abort: ShouldAbort | None = None) -> LadderResult:
     """Run the ladder; the async core of :func:`run_ladder`."""
@@ -268,8 +315,9 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
         pool: Workers | None = None
         stack.callback(lambda: pool.close() if pool else None)
         # An open-loop level has no stream count: 0 stands for it (its warm-up is warmup_s alone).
-        for concurrency, rate in ([(0, r) for r in spec.request_rates] if spec.open_loop else
-                                  [(c, None) for c in spec.concurrency]):
+        search = result.rate_search = RateSearch(spec)
+        for concurrency, rate in (((0, r) for r in search) if spec.open_loop else
+                                  ((c, None) for c in spec.concurrency)):
             while True:
                 if workers > 1 and pool is None:
                     pool = await asyncio.get_running_loop().run_in_executor(
@@ -294,6 +342,8 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
                     pool.close()
                     pool = None
             level.client_processes = workers
+            if rate is not None:
+                search.record(level, rate)
             result.levels.append(level)
             if on_level is not None and not on_level(level):
                 result.pruned = True

@@ -78,9 +78,18 @@ class LevelResult:
     # the requests that ended (None without SLOs).
     request_goodput: float | None = None
     slo_attainment: float | None = None
+    slo_attainment_by_metric: dict[str, float] | None = None  # each SLO's share alone (bench_serving's too)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
+    """Every SLO given (``{LevelResult key: limit or None}``) holds at this level, without errors;
+    an unmeasured value does not hold."""
+    values = {key: getattr(level, key) for key in slos}
+    within = all(limit is None or (values[key] is not None and values[key] <= limit) for key, limit in slos.items())
+    return within and not level.errors
 
 
 def _summary(name: str, seconds: list[float]) -> dict[str, float | None]:
@@ -151,16 +160,21 @@ def goodput(ended: list[Record], slos: Mapping[str, float] | None, duration: flo
     token) and E2E, in ms, are each at most the SLO given for it.
     """
     if not slos:
-        return {"request_goodput": None, "slo_attainment": None}
+        return {"request_goodput": None, "slo_attainment": None, "slo_attainment_by_metric": None}
     good = 0
+    met = dict.fromkeys(slos, 0)
     for r in ended:
         if not r.ok:
             continue
         observed = {"ttft": (r.chunks[0] - r.send) * 1000, "tpot": (_tpot(r) or 0.0) * 1000,
                     "e2el": (_ended(r) - r.send) * 1000}
-        good += all(observed[name] <= limit for name, limit in slos.items())
+        passed = [name for name, limit in slos.items() if observed[name] <= limit]
+        for name in passed:
+            met[name] += 1
+        good += len(passed) == len(slos)
     return {"request_goodput": good / max(duration, 1e-9),
-            "slo_attainment": good / len(ended) if ended else None}
+            "slo_attainment": good / len(ended) if ended else None,
+            "slo_attainment_by_metric": {name: n / len(ended) for name, n in met.items()} if ended else None}
 
 
 def from_requests(level: int, records: list[Record], slos: Mapping[str, float] | None = None) -> LevelResult:

@@ -60,6 +60,17 @@ class LadderSpec:
     request_rates: tuple[float, ...] = ()
     burstiness: float = 1.0
     goodput: dict[str, float] | None = None
+    # The highest rate under the SLOs (``{"p99_ttft_ms": ms, "p99_itl_ms": ms}``): the rates climb
+    # until one misses them, then this many more levels bisect between the last that met them and
+    # the first that did not (see ladder.RateSearch).
+    rate_slos: dict[str, float] | None = None
+    rate_search_steps: int = 0
+    # Open loop: send times (s from the level's start, rising) replayed instead of drawn gaps, so
+    # two clients (or two runs) offer the very same arrivals; requests past its end are not sent.
+    schedule: tuple[float, ...] | None = None
+    # bench_serving's pacing: each gap is slept after its send (serving.py:1127-1129), so the client's
+    # own delays stretch the arrivals as bench_serving's do; False keeps an absolute clock.
+    sleep_after_send: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency", tuple(sorted(set(self.concurrency))))
@@ -100,6 +111,13 @@ class LadderSpec:
             raise BadInput("--request-rate levels run in one client process; drop --workers")
         if self.burstiness <= 0:
             raise BadInput(f"--burstiness must be positive (1: Poisson), got {self.burstiness}")
+        times = self.schedule
+        if times is not None and (not self.open_loop or list(times) != sorted(times) or (times and times[0] < 0)):
+            raise BadInput("an arrival schedule needs request rates and send times that never go back")
+        if self.rate_search_steps < 0:
+            raise BadInput("rate search steps must not be negative")
+        if self.rate_slos is not None and not (self.open_loop and self.rate_slos):
+            raise BadInput("the highest rate under the SLOs needs request rates and at least one SLO")
         unknown = set(self.goodput or ()) - set(GOODPUT_SLOS)
         if unknown or any(v <= 0 for v in (self.goodput or {}).values()):
             raise BadInput(f"--goodput: give KEY:MS with KEY in {', '.join(GOODPUT_SLOS)} and a positive limit, "

@@ -123,7 +123,8 @@ class Arrivals(Streams):
     Gaps between sends are gamma-distributed with shape ``burstiness`` and mean ``1 / rate``
     (``burstiness`` 1 is Poisson, exponential gaps: bench_serving's ``--request-rate``; below 1
     burstier, above 1 more regular, as bench_serving's and vLLM's ``--burstiness``), on an absolute
-    clock so a slow event loop does not lower the rate. Every request runs as its own task.
+    clock so a slow event loop does not lower the rate; or at the spec's ``schedule`` of send times.
+    Every request runs as its own task.
     """
 
     def __init__(self, session: aiohttp.ClientSession, url: str, spec: LadderSpec, prompts: Prompts,
@@ -135,13 +136,24 @@ class Arrivals(Streams):
         return [asyncio.create_task(self._send())]
 
     async def _send(self) -> None:
-        shape = self.spec.burstiness
+        shape, schedule = self.spec.burstiness, self.spec.schedule
         due = time.perf_counter()
         while not self.stop and (self.requests is None or self.issued < self.requests):
+            if schedule is not None and self.issued >= len(schedule):
+                return
             self.issued += 1
             self.tasks.append(asyncio.create_task(self._one()))
-            due += self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            if schedule is None:
+                gap = self.rng.gammavariate(shape, 1.0 / (self.rate * shape))
+            elif self.issued < len(schedule):
+                gap = schedule[self.issued] - schedule[self.issued - 1]
+            else:
+                return
+            if self.spec.sleep_after_send:
+                await asyncio.sleep(gap)
+            else:
+                due += gap
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
 # --------------------------------------------------------------------------- worker processes

@@ -153,6 +153,30 @@ def test_open_loop_gap_spread_follows_burstiness(tmp_path: Path) -> None:
     assert cvs[0] == pytest.approx(1.0, abs=0.2) and cvs[1] == pytest.approx(0.5, abs=0.12)
 
 
+def test_open_loop_replays_a_schedule_of_send_times(tmp_path: Path) -> None:
+    """Given send times (another client's draw, a trace), the level sends at them, in order, and no
+    more requests than it has; the gaps as sent are the schedule's (no gamma draw)."""
+    schedule = (0.0, 0.0, 0.05, 0.2, 0.2, 0.3)
+    spec = LadderSpec(request_rates=(20.0,), requests=10, duration_s=None, input_len=8, output_len=2,
+                      schedule=schedule)
+
+    async def sends(url: str) -> list[float]:
+        async with make_session(spec) as session:
+            src = Arrivals(session, url, spec, Prompts(spec, "clock", random.Random(0)), 20.0, 10, random.Random(7))
+            while len(src.records) < len(schedule) or not all(r.end for r in src.records):
+                await asyncio.sleep(0.05)
+            await src.close()
+            return [r.send for r in src.records]
+
+    with _recording(tmp_path) as (url, log):
+        times = asyncio.run(sends(url))
+    assert len(times) == len(schedule) == len(_bodies(log))
+    offsets = [t - times[0] for t in times]
+    assert offsets == sorted(offsets) and offsets[3] >= 0.2 and offsets[2] < offsets[3]
+    with pytest.raises(BadInput, match="arrival schedule"):
+        LadderSpec(request_rates=(1.0,), schedule=(0.5, 0.1))
+
+
 def test_goodput_counts_the_requests_that_meet_every_slo(tmp_path: Path) -> None:
     """The k-th arrival's TTFT is 50 + 50k ms: with a 525 ms TTFT SLO exactly 10 of 40 meet it."""
     with clock_server("--per-stream-rate", "200", "--ttft", "0.05", "--ttft-step", "0.05") as url:
@@ -160,8 +184,10 @@ def test_goodput_counts_the_requests_that_meet_every_slo(tmp_path: Path) -> None
         loose = _run(url, concurrency=(40,), requests=40, output_len=4,
                      goodput={"ttft": 60_000.0, "tpot": 1.0})  # 5 ms per token: none meets 1 ms TPOT
     assert lv.slo_attainment == pytest.approx(10 / 40)
+    assert lv.slo_attainment_by_metric == {"ttft": lv.slo_attainment}  # one SLO: its share is the whole
     assert lv.request_goodput == pytest.approx(10 / lv.duration)
     assert loose.slo_attainment == 0.0 and loose.request_goodput == 0.0
+    assert loose.slo_attainment_by_metric == {"ttft": 1.0, "tpot": 0.0}  # each SLO alone, as bench_serving's
     assert _run_without_slos(tmp_path).request_goodput is None
 
 

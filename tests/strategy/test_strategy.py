@@ -726,3 +726,23 @@ def test_a_config_measured_far_below_the_best_is_not_ranked_first() -> None:
     ranked = [t.value for t in backwards.top(views(study), 5)]
     assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
     assert sorted(ranked[3:]) == [900.0, 920.0]
+
+
+def test_a_goodput_objective_is_pruned_on_goodput_and_not_on_tok_s_targets() -> None:
+    """Levels report what the objective reads (req/s of goodput here): the tok/s target at 64 does
+    not apply, and the relative rule names the unit."""
+    from search.space import Objective
+
+    class GoodputSpace(FixtureSpace):
+        objective = Objective(metric="goodput", goodput_slos_ms={"ttft": 500})
+
+    strategy = Strategy(GoodputSpace(), seed=0)
+    study = _study(strategy)
+    assert strategy.on_level(study, study.ask(), 0, 64, 2.5) is True  # 2.5 req/s: no 300 tok/s target here
+    for value in (10.0, 11.0):
+        done = study.ask()
+        strategy.on_level(study, done, 0, 64, value)
+        strategy.tell(study, done, "completed", objective=value)
+    slow = study.ask()
+    assert strategy.on_level(study, slow, 0, 64, 4.0) is False
+    assert slow.user_attrs["pruned_because"] == "4.00 req/s, under 60% of the best 11.00 at 64"

@@ -146,7 +146,7 @@ def test_exported_shell_profile_starts_the_emulator(finished: tuple[Path, optuna
     os.chdir(root)
     out = CliRunner().invoke(app, ["study", "export", "s1", "--format", "shell"])
     assert out.exit_code == 0, out.output
-    script = root / out.output.strip()
+    script = root / out.stdout.strip()  # stderr names the score; stdout is the path
     assert script.parent.name == "profiles" and os.access(script, os.X_OK)
     text = script.read_text()
     assert "--moe-runner-backend flashinfer_cutlass" in text and "--max-running-requests" not in text

@@ -21,7 +21,7 @@ def test_trial_run_prints_timeline_and_levels_and_exits_0(space_file, tmp_path):
     done = _search("trial", "run", str(space_file), "--emulate", "--trials-dir", str(tmp_path / "trials"),
                    "--study", "first", "--set", "--max-running-requests=8")
     assert done.returncode == 0, done.stderr
-    for text in ("startup", "autotune", "cuda_graph", "load test", "output tok/s", "completed: peak"):
+    for text in ("startup", "autotune", "cuda_graph", "load test", "completed: peak", "tok/s output throughput at concurrency 8"):
         assert text in done.stdout
     trial = tmp_path / "trials" / "first" / "0"
     assert "--max-running-requests 8" in (trial / "command.sh").read_text()

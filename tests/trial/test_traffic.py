@@ -74,3 +74,39 @@ def test_every_shipped_example_space_checks_clean() -> None:
         assert report.ok, (path, report.problems)
     kinds = {load_space(p).workload.kind for p in root.glob("*.yaml")}
     assert kinds == {"random", "dataset", "shared_prefix"}
+
+
+def test_max_rate_under_slo_climbs_rates_then_bisects(space_file: Path, tmp_path: Path) -> None:
+    """A server of known capacity: 8 running requests of 32 tokens at 400 tok/s each serve 100 req/s.
+    Well under it p99 TTFT is a few ms; past it the queue grows through the level. The trial climbs
+    the rates until one misses the SLO, bisects three more levels between the last rate that met it
+    and that one, and scores the highest rate that met it, in req/s."""
+    _with(space_file, load_test={"input_len": 16, "output_len": 32, "request_rates": [60, 300], "requests": 60,
+                                 "warmup_s": 0},
+          slos={"p99_ttft_ms": 150}, objective={"metric": "max_rate_under_slo"},
+          baseline={"--max-running-requests": 8, "TEST_OUTCOME": "ok"})
+    space = load_space(space_file)
+    assert space.objective.unit == "req/s" and space.objective.name == "max rate under slo"
+    spec = ladder_spec(space)
+    assert spec.rate_slos == {"p99_ttft_ms": 150} and spec.rate_search_steps == 3
+    result = run_trial(space, space.baseline, EmulatedHost(), trial_dir=tmp_path / "t" / "0", marker="t-rate",
+                       baseline_answers=None)
+    assert result.outcome == "completed", result.failure
+    rates = [lv.request_rate for lv in result.levels]
+    assert rates[:2] == [60, 300] and len(rates) == 5, rates  # 300 is 3x the capacity: missed, then 3 bisections
+    met = [lv.request_rate for lv in result.levels if lv.p99_ttft_ms is not None and lv.p99_ttft_ms <= 150]
+    assert 60 in met and 300 not in met
+    assert result.objective == max(met)  # type: ignore[type-var]
+    assert 60 <= result.objective < 300  # type: ignore[operator]
+    low, high = 60.0, 300.0
+    for rate in rates[2:]:  # each bisects the bracket the levels before it left
+        assert rate == (low + high) / 2, rates
+        low, high = (rate, high) if rate in met else (low, rate)
+    assert json.loads((tmp_path / "t" / "0" / "loadtest.json").read_text())["max_rate_under_slo"] == result.objective
+
+
+def test_max_rate_under_slo_needs_rates_and_slos(space_file: Path) -> None:
+    data = yaml.safe_load(space_file.read_text())
+    with pytest.raises(SpaceError) as err:
+        parse_space({**data, "objective": {"metric": "max_rate_under_slo"}}, "s.yaml")
+    assert "needs load_test.request_rates and slos" in str(err.value.problems)
