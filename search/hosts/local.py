@@ -236,10 +236,11 @@ class LocalHost:
 
     available = True  # this machine does not go away between trials
 
-    def __init__(self, *, name: str = "local") -> None:
+    def __init__(self, *, name: str = "local", gpus: list[int] | None = None) -> None:
         if not name:
             raise ValueError("a host needs a name: it is recorded with every trial it runs")
         self.name = name
+        self.gpus = gpus  # None: one trial at a time takes what its profile asks for
 
     def argv(self, profile: LaunchProfile) -> list[str]:
         """The command that starts ``profile`` here."""
