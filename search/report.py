@@ -609,7 +609,7 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
     charts = "\n".join(_section_html(s) for s in sections(study, space))
     started = min((t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start), default=None)
     subtitle = " · ".join(x for x in (
-        space.launch.model, f"tp {space.launch.tp}", f"SGLang {space.sglang_version}",
+        space.launch.model, f"tp {space.launch.tp}" if space.launch.tp else "tp searched", f"SGLang {space.sglang_version}",
         f"ladder {', '.join(str(c) for c in space.load_test.concurrency)}",
         f"started {started:%Y-%m-%d %H:%M}" if started else "") if x)
     page = Template((resources.files("search") / "report" / "page.html").read_text(encoding="utf-8"))

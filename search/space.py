@@ -173,7 +173,7 @@ class Launch(_Model):
 
     launcher: Annotated[list[StrictStr], Field(min_length=1)] = list(DEFAULT_LAUNCHER)
     model: StrictStr
-    tp: PositiveInt = 1
+    tp: PositiveInt | None = 1  # null: the layout is searched (a `--tp-size` param) or left to SGLang
     quantization: StrictStr | None = None
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 30000

@@ -79,14 +79,15 @@ def run(
 
     if sampler not in SAMPLERS:
         raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    space = checked_space(space_path)
+    offered = parse_gpus(gpus) if gpus is not None else None
+    space = checked_space(space_path, len(offered) if offered else None)
     known = known_configs(space, start_from, [load(name, storage) for name in from_study])
     if space.baseline is None:
         if not known:
             raise BadInput(f"{space_path}: no baseline; add `baseline:` to the space or pass --start-from "
                            "with your current launch command")
         space = space.model_copy(update={"baseline": known.pop(0)})
-    runner = _runner(emulate, hosts_file, host_name, ray_address, parse_gpus(gpus) if gpus is not None else None)
+    runner = _runner(emulate, hosts_file, host_name, ray_address, offered)
     driver = StudyRun(space=space, name=study, storage=storage, sampler=sampler, seed=seed, n_trials=n_trials,
                       timeout_s=parse_duration(timeout, "--timeout") if timeout else None, known=known,
                       remeasure=remeasure, trials_dir=trials_dir, runner=runner)
