@@ -248,15 +248,20 @@ class Workload(_Model):
 
 
 GOODPUT = "goodput"
+PER_GPU = "_per_gpu"
 
 
 class Objective(_Model):
     """Default: the highest output tok/s over the ladder, among levels that meet the SLOs.
 
     ``goodput`` is bench_serving's: requests/s whose TTFT, TPOT and E2E each meet ``goodput_slos_ms``.
+    ``output_throughput_per_gpu`` divides output tok/s by the GPUs the trial's layout takes
+    (`search.layout`), so layouts of different sizes compare fairly; the ladder's pruner and
+    ``targets`` then read per-GPU figures too.
     """
 
-    metric: Literal["output_throughput", "total_throughput", "request_throughput", "goodput"] = "output_throughput"
+    metric: Literal["output_throughput", "output_throughput_per_gpu", "total_throughput", "request_throughput",
+                    "goodput"] = "output_throughput"
     over_levels: Literal["max"] = "max"
     require_slos: StrictBool = True
     goodput_slos_ms: dict[Literal["ttft", "tpot", "e2el"], PositiveFloat] | None = None
@@ -270,16 +275,23 @@ class Objective(_Model):
 
     @property
     def level_key(self) -> str:
-        """The LevelResult field the objective reads."""
-        return "request_goodput" if self.metric == GOODPUT else self.metric
+        """The LevelResult field the objective reads (divided by the trial's GPUs when :attr:`per_gpu`)."""
+        return "request_goodput" if self.metric == GOODPUT else self.metric.removesuffix(PER_GPU)
+
+    @property
+    def per_gpu(self) -> bool:
+        """Whether a level's figure is divided by the GPUs the trial's layout takes."""
+        return self.metric.endswith(PER_GPU)
 
     @property
     def unit(self) -> str:
-        return "req/s" if self.metric in ("request_throughput", GOODPUT) else "tok/s"
+        if self.metric in ("request_throughput", GOODPUT):
+            return "req/s"
+        return "tok/s/GPU" if self.per_gpu else "tok/s"
 
     def format(self, value: float) -> str:
-        """A value with its unit: ``4,210 tok/s``, ``3.25 req/s``."""
-        return f"{value:,.2f} req/s" if self.unit == "req/s" else f"{value:,.0f} tok/s"
+        """A value with its unit: ``4,210 tok/s``, ``526 tok/s/GPU``, ``3.25 req/s``."""
+        return f"{value:,.2f} req/s" if self.unit == "req/s" else f"{value:,.0f} {self.unit}"
 
     @property
     def name(self) -> str:

@@ -41,11 +41,13 @@ from search import correctness
 from search.command import config_from_command
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
+from search.layout import gpus_needed
 from search.loadtest import LevelResult
 from search.lock import StudyLock
 from search.logwatch import Event
 from search.names import checked_study_name, checked_trials_dir
 from search.optuna_internals import running_trial
+from search.profile import render
 from search.ranking import Ranking
 from search.runner import Hooks, InProcessRunner, Job, Runner
 from search.space import Space
@@ -296,11 +298,13 @@ class StudyRun:
             trial.set_user_attr(Attr.HOST, host)
             self.listener.placed(number, host)
 
+        per_gpu = self._divisor(config)
+
         def level(result: LevelResult) -> bool:
             running.levels.append(result)
             self.listener.level(number, result)
             return self.strategy.on_level(self._live, trial, len(running.levels) - 1, result.max_concurrency,
-                                          result.output_throughput)
+                                          result.output_throughput / per_gpu)
 
         def event(seen: Event) -> None:
             if seen.kind == "phase":
@@ -319,7 +323,7 @@ class StudyRun:
             baseline = self._baseline_answers(trial.number)
             if baseline is not None:
                 result.answers_differ = bool(correctness.compare(baseline, result.answers))
-        self._record(trial, result, result.gpu)
+        self._record(trial, result, config)
         self.listener.trial_done(self._live.trials[trial.number])
         if result.outcome == Outcome.INFRASTRUCTURE:
             self._count_infra(config, trial.number, result)
@@ -336,15 +340,19 @@ class StudyRun:
                     return answers
         return None
 
+    def _divisor(self, config: Mapping[str, Any]) -> int:
+        """What a level's output tok/s is divided by for the objective: the layout's GPUs when it is per GPU."""
+        return gpus_needed(render(self.space, dict(config)).args) if self.space.objective.per_gpu else 1
+
     @staticmethod
     def _record_levels(trial: optuna.Trial, levels: list[LevelResult], gpu: list[dict[str, Any]]) -> None:
         trial.set_user_attr(Attr.LEVELS, [level.to_dict() for level in levels])
         if gpu:
             trial.set_user_attr(Attr.GPU, gpu)
 
-    def _record(self, trial: optuna.Trial, result: TrialResult, gpu: list[dict[str, Any]]) -> None:
+    def _record(self, trial: optuna.Trial, result: TrialResult, config: Mapping[str, Any]) -> None:
         """Store the record the views read, then tell the strategy the outcome."""
-        self._record_levels(trial, result.levels, gpu)
+        self._record_levels(trial, result.levels, result.gpu)
         data = result.to_dict()
         for key in (Attr.PHASES, Attr.PEAK, Attr.PEAK_CONCURRENCY, Attr.SLO_OK, Attr.ANSWERS_DIFFER,
                     Attr.GPU_SECONDS, Attr.TEARDOWN):
@@ -355,7 +363,7 @@ class StudyRun:
         objective = result.objective
         if outcome == Outcome.COMPLETED and objective is None:
             # No level met the SLOs: keep its best throughput, the slo constraint keeps it from winning.
-            objective = max((level.output_throughput for level in result.levels), default=0.0)
+            objective = max((level.output_throughput for level in result.levels), default=0.0) / self._divisor(config)
         if outcome == Outcome.PRUNED and result.levels and trial.user_attrs.get(Attr.PRUNED_BECAUSE) is None:
             trial.set_user_attr(Attr.PRUNED_BECAUSE, "the ladder stopped early")
         self.strategy.tell(self._live, trial, outcome, objective=objective, slo_ok=result.slo_ok,

@@ -20,6 +20,7 @@ from search.artifacts import TrialArtifacts
 from search.background import Background
 from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
+from search.layout import gpus_needed
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
 from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
 from search.loadtest.workload import SharedPrefix
@@ -97,6 +98,14 @@ def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
     return within and not level.errors
 
 
+def objective_value(space: Space, profile: LaunchProfile, level: LevelResult) -> float | None:
+    """The space's objective at ``level``: its metric, per GPU of the profile's layout when the metric says so."""
+    value: float | None = getattr(level, space.objective.level_key)
+    if value is None or not space.objective.per_gpu:
+        return value
+    return value / gpus_needed(profile.args)
+
+
 def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir: Path, marker: str,
               on_event: OnEvent | None = None, on_level: OnLevel | None = None,
               baseline_answers: list[str] | None = None) -> TrialResult:
@@ -170,7 +179,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     if passing:
         key = space.objective.level_key
         best = max(passing, key=lambda level: getattr(level, key) or 0.0)
-        result.objective, result.peak_concurrency = getattr(best, key), best.max_concurrency
+        result.objective, result.peak_concurrency = objective_value(space, profile, best), best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)
