@@ -23,12 +23,9 @@ from typing import Any
 
 from search.errors import BadInput
 from search.hosts.base import Host
-from search.lifecycle import Failure
 from search.loadtest import LevelResult
-from search.profile import render
 from search.runner import Hooks, InProcessRunner, Job, Runner, run_job
-from search.slots import GpuPool, SlotHost, profile_gpus
-from search.storage import Outcome
+from search.slots import GpuPool, SlotHost, job_gpus, too_big
 from search.trial import TrialResult
 
 JOIN_TIMEOUT_S = 30.0  # how long Ctrl-C waits for a killed trial's thread to tear its server down
@@ -84,10 +81,7 @@ class SlotRunner:
         self._need = need
         if not any(self._gpus[h.name].could_hold(need) for h in self.pool if h.available):
             largest = max((len(h.gpus) for h in self.pool if h.gpus is not None), default=0)
-            message = (f"this layout takes {need} GPUs; the largest host offers {largest}: not runnable here "
-                       "(`search space check --gpus N` finds such layouts before the night)")
-            self._done.append((job, TrialResult(outcome=Outcome.CRASHED, artifacts=job.trial_dir, marker=job.marker,
-                                                failure=Failure("unsupported", "starting", "", False, message))))
+            self._done.append((job, too_big(job.marker, job.trial_dir, need, largest)))
             return
         self._waiting.append((job, hooks, need))
         self._place()
@@ -138,8 +132,8 @@ class SlotRunner:
 
     # -- internals -------------------------------------------------------------------------------
     def _need_of(self, job: Job) -> int:
-        """GPUs the job's layout takes, as the first host renders it."""
-        return profile_gpus(self.pool[0], render(job.space, dict(job.config)))
+        """GPUs the job's layout takes."""
+        return job_gpus(job.space, job.config)
 
     def _place(self) -> None:
         """Start waiting jobs, in order, on hosts with enough free GPUs; a job that fits nowhere yet keeps its turn."""

@@ -14,11 +14,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from search.errors import InfrastructureFault
 from search.hosts.base import GpuSample, Host, ServerHandle
 from search.layout import gpus_needed
+from search.lifecycle import Failure
+from search.profile import render
+from search.space import Space
+from search.storage import Outcome
+from search.trial import TrialResult
 
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
@@ -71,9 +76,17 @@ class GpuPool:
         return self.offered.index(gpus[0]) if self.offered and gpus else 0
 
 
-def profile_gpus(host: Host, profile: LaunchProfile) -> int:
-    """GPUs the profile's layout takes on ``host`` (as the host adapts it)."""
-    return gpus_needed(host.adapt(profile).args)
+def job_gpus(space: Space, config: Mapping[str, Any]) -> int:
+    """GPUs a trial of ``config`` takes: its rendered layout (`search.layout`)."""
+    return gpus_needed(render(space, dict(config)).args)
+
+
+def too_big(marker: str, trial_dir: Path, need: int, largest: int) -> TrialResult:
+    """The result of a trial no host can hold: the config's fault (its layout), never retried, nothing started."""
+    message = (f"this layout takes {need} GPUs; the largest host offers {largest}: not runnable here "
+               "(`search space check --gpus N` finds such layouts before the night)")
+    return TrialResult(outcome=Outcome.CRASHED, artifacts=trial_dir, marker=marker,
+                       failure=Failure("unsupported", "starting", "", False, message))
 
 
 class SlotHost:
