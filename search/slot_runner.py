@@ -23,9 +23,11 @@ from typing import Any
 
 from search.errors import BadInput
 from search.hosts.base import Host
+from search.lifecycle import Failure
 from search.loadtest import LevelResult
 from search.runner import Hooks, InProcessRunner, Job, Runner, run_job
 from search.slots import GpuPool, SlotHost, job_gpus, too_big
+from search.storage import Outcome
 from search.trial import TrialResult
 
 JOIN_TIMEOUT_S = 30.0  # how long Ctrl-C waits for a killed trial's thread to tear its server down
@@ -87,6 +89,7 @@ class SlotRunner:
         self._place()
 
     def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        self._place()
         if not self._done and not self._slots:
             return []
         try:
@@ -136,7 +139,18 @@ class SlotRunner:
         return job_gpus(job.space, job.config)
 
     def _place(self) -> None:
-        """Start waiting jobs, in order, on hosts with enough free GPUs; a job that fits nowhere yet keeps its turn."""
+        """Start waiting jobs, in order, on hosts with enough free GPUs; a job that fits nowhere yet keeps its turn.
+
+        A waiting job that no available host could hold any more (its hosts were lost) ends as an
+        infrastructure fault, re-enqueued by the driver, which stops the study when no host is left.
+        """
+        for job, hooks, need in list(self._waiting):
+            if not any(self._gpus[h.name].could_hold(need) for h in self.pool if h.available):
+                self._waiting.remove((job, hooks, need))
+                message = f"no available host can hold its {need} GPU(s) any more (hosts lost); not the config's fault"
+                self._done.append((job, TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=job.trial_dir,
+                                                    marker=job.marker,
+                                                    failure=Failure("infrastructure", "starting", "", True, message))))
         while self._waiting:
             job, hooks, need = self._waiting[0]
             placed = self._placement(need)

@@ -49,7 +49,8 @@ from search.names import checked_study_name, checked_trials_dir
 from search.optuna_internals import running_trial
 from search.profile import render
 from search.ranking import Ranking
-from search.runner import Hooks, InProcessRunner, Job, Runner
+from search.runner import Hooks, Job, Runner
+from search.slot_runner import pool_runner
 from search.space import Space
 from search.stop_signals import stop_signals_as_interrupt
 from search.storage import (
@@ -148,7 +149,7 @@ class StudyRun:
     trials_dir: Path = Path("trials")
     hosts: Mapping[str, Host] = field(default_factory=dict)  # by name, to clean up a dead run's trials
     listener: Listener = field(default_factory=Listener)
-    runner: Runner | None = None  # default: InProcessRunner(host, hosts)
+    runner: Runner | None = None  # default: search.slot_runner.pool_runner([host], hosts)
     # What proposes and judges the trials; default Strategy(space, sampler, seed=seed). The search
     # benchmark passes its peers here, so they run through this same driver.
     searcher: Strategy | None = None
@@ -159,8 +160,8 @@ class StudyRun:
         checked_trials_dir(self.trials_dir)
         if self.runner is not None:
             self._runner: Runner = self.runner
-        elif self.host is not None:
-            self._runner = InProcessRunner([self.host], self.hosts or None)
+        elif self.host is not None:  # side by side on its GPUs if it offers a list, else one at a time
+            self._runner = pool_runner([self.host], self.hosts or None)
         else:
             raise BadInput("a study needs a host or a runner to run its trials on")
         self.strategy = self.searcher or Strategy(self.space, self.sampler, seed=self.seed)
