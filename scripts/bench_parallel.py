@@ -62,11 +62,14 @@ def study(space: Space, runner: Runner, name: str, trials: int, root: Path) -> t
     return wall, len(done) / wall * 3600, per_trial
 
 
-def one(hosts: int, trials: int, time_scale: float, root: Path) -> tuple[float, float, float]:
-    """One study on ``hosts`` emulated hosts of a fresh local Ray cluster (cluster start not timed)."""
-    cluster, _ = emulated_cluster(root / f"nodes-{hosts}", hosts)
+def one(hosts: int, trials: int, time_scale: float, root: Path, node_gpus: int | None = None,
+        tp: int = 1) -> tuple[float, float, float]:
+    """One study on ``hosts`` emulated hosts of a fresh local Ray cluster (cluster start not timed); with
+    ``node_gpus`` each host shares that many GPUs out (``search_gpu``) to trials at ``tp``."""
+    cluster, _ = emulated_cluster(root / f"nodes-{hosts}", hosts, gpus=node_gpus)
+    space = bench_space(time_scale, tp=tp, host_gpus=node_gpus or 1)
     try:
-        return study(bench_space(time_scale), RayRunner(cluster.address, emulate=True), f"bench-{hosts}", trials, root)
+        return study(space, RayRunner(cluster.address, emulate=True), f"bench-{hosts}", trials, root)
     finally:
         cluster.shutdown()
 
@@ -93,6 +96,8 @@ def main() -> None:
     parser.add_argument("--slots", action="store_true", help="one 8-GPU host: one at a time vs side by side")
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--host-gpus", type=int, default=8)
+    parser.add_argument("--node-gpus", type=int, default=None,
+                        help="Ray hosts share this many GPUs out (search_gpu) to trials at --tp")
     args = parser.parse_args()
     if args.slots:
         with tempfile.TemporaryDirectory(prefix="bench-slots-") as tmp:
@@ -104,7 +109,8 @@ def main() -> None:
     base = None
     with tempfile.TemporaryDirectory(prefix="bench-parallel-") as tmp:
         for hosts in args.hosts:
-            wall, rate, per_trial = one(hosts, args.trials, args.time_scale, Path(tmp))
+            wall, rate, per_trial = one(hosts, args.trials, args.time_scale, Path(tmp), args.node_gpus,
+                                        args.tp if args.node_gpus else 1)
             base = base or rate
             print(f"| {hosts} | {args.trials} | {wall:.1f} | {per_trial:.1f} | {rate:,.0f} | {rate / base:.2f}x |",
                   flush=True)

@@ -5,8 +5,9 @@ This module is the only writer to the study storage. Every trial goes through th
 `search.trial.run_trial` through a `search.runner.Runner`, and is recorded with the user attributes
 of `search.storage` that every view reads. The runner decides where and how many trials run at
 once: `search.runner.InProcessRunner` runs one at a time on one host,
-`search.parallel.RayRunner` one per Ray node; the driver loop is the same for both, so asks
-overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
+`search.slot_runner.SlotRunner` as many as the free GPUs of hosts that offer a ``gpus`` list hold,
+`search.parallel.RayRunner` one per Ray node (or per GPU slot of it); the driver loop is the same for
+all, so asks overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
 
 Overnight safety comes from three rules:
 

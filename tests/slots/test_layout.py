@@ -76,3 +76,11 @@ def test_space_check_reports_each_bad_layout_against_the_hosts_gpus(tmp_path: Pa
     without = subprocess.run([sys.executable, "-c", "from search.cli import main; main()", "space", "check",
                               str(space)], capture_output=True, text=True)
     assert without.returncode == 0, without.stdout  # no host given: every layout SGLang takes passes
+
+
+def test_a_bad_gpus_list_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    space = _layout_space(tmp_path / "layout.yaml")
+    done = subprocess.run([sys.executable, "-c", "from search.cli import main; main()", "study", "run", str(space),
+                           "--study", "x", "--gpus", "0,a"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: --gpus '0,a': give distinct GPU indexes separated by commas, e.g. --gpus 0,1,2,3"]

@@ -14,12 +14,13 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from search import report, results
 from search.emulator import gpu_state
 from search.hosts import local_host
 from search.runner import Hooks, Job
 from search.slot_runner import SlotRunner
 from search.slots import GpuPool
-from search.space import Space, load_space
+from search.space import Objective, Space, load_space
 from search.storage import Outcome
 from search.study import Listener, StudyRun
 from tests.helpers import ctrl_c_reaches, marker_pids, write_space
@@ -33,6 +34,7 @@ def _space(root: Path, *, tp: int, host_gpus: int, time_scale: str = "0.004") ->
     data = yaml.safe_load(path.read_text())
     data["launch"]["tp"] = tp
     data["launch"]["env"]["SEARCH_EMULATOR_GPUS"] = str(host_gpus)
+    data["load_test"].update(concurrency=[4], duration_s=0.5)  # one short level: placement is what is tested
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -59,6 +61,8 @@ def _run(space: Space, gpus: list[int], n_trials: int, listener: Listener | None
 
 def test_trials_run_side_by_side_on_disjoint_gpus_and_ports(workdir: Path) -> None:
     space = load_space(_space(workdir, tp=2, host_gpus=4, time_scale="0.002"))
+    space = space.model_copy(update={"objective": Objective(metric="output_throughput_per_gpu"),
+                                     "targets": {4: 150 / 2}})  # the target is per GPU too
     running, most = set(), 0
 
     def placed(number: int, host: str) -> None:
@@ -74,6 +78,10 @@ def test_trials_run_side_by_side_on_disjoint_gpus_and_ports(workdir: Path) -> No
     assert {_port(t) for t in started} == {space.launch.port, space.launch.port + 2}
     state = workdir / "state"
     assert not [i for i in range(4) if gpu_state.is_held(state, i)], "every GPU is released after the study"
+    for t in measured:  # per GPU: a level's output tok/s over the layout's 2 GPUs
+        best = max(level["output_throughput"] for level in t.user_attrs["levels"])
+        assert t.value is not None and abs(t.value - best / 2) < 1e-6 * best
+    assert "tok/s/GPU" in report.render(study, STORAGE) and "tok/s/GPU" in results.show_text(study)
 
 
 def _job(space: Space, root: Path, name: str) -> Job:
