@@ -4,6 +4,7 @@ wait or cannot fit, and kill -9 of the driver with several trials running."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -147,6 +148,19 @@ def _driver(workdir: Path, space: Path) -> subprocess.Popen[str]:
          "--n-trials", "3", "--emulate", "--gpus", "0,1,2,3", "--remeasure", "0", "--seed", "0"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
         preexec_fn=ctrl_c_reaches)
+
+
+def test_ctrl_c_tears_down_every_trial_running_side_by_side(workdir: Path) -> None:
+    driver = _driver(workdir, _space(workdir, tp=2, host_gpus=4, time_scale="0.02"))
+    markers = _two_servers_up()
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=90)
+    assert driver.returncode == 130 and "interrupted" in out and "Traceback" not in out, out
+    assert not any(marker_pids(m) for m in markers)
+    study = optuna.load_study(study_name="k", storage=STORAGE)
+    stopped = [t for t in study.trials if t.user_attrs.get("marker") in markers]
+    assert len(stopped) == 2 and all(t.user_attrs["failure"]["kind"] == "interrupted" for t in stopped)
+    assert not [i for i in range(4) if gpu_state.is_held(workdir / "state", i)]
 
 
 def _two_servers_up(timeout: float = 60.0) -> list[str]:
