@@ -3,6 +3,7 @@ and on one emulated 8-GPU host for a tp-2 space, one trial at a time against sid
 
     python scripts/bench_parallel.py [--hosts 1 2 4] [--trials 12] [--time-scale 0.01]
     python scripts/bench_parallel.py --slots [--trials 16] [--tp 2] [--host-gpus 8]
+    python scripts/bench_parallel.py --hosts 1 --node-gpus 8 --tp 2   # Ray nodes sharing their GPUs out
 
 ``--slots``: the same space at ``--tp-size 2`` on one emulated 8-GPU host of this machine, first
 through `search.runner.InProcessRunner` (one trial at a time, as a host without a ``gpus`` list

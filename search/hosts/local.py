@@ -308,7 +308,7 @@ class LocalHost:
         return len(pids)
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
-        """The GPUs ``profile`` uses here: CUDA_VISIBLE_DEVICES of its environment, else 0..tp-1."""
+        """The GPUs ``profile`` uses here: CUDA_VISIBLE_DEVICES of its environment, else the first its layout takes."""
         return server_gpus(profile.args, self._environment(profile))
 
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:

@@ -352,7 +352,7 @@ class SSHHost:
         return gpu.parse(out)
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
-        """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or 0..tp-1."""
+        """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or the first its layout takes."""
         if self.config.gpus is not None and "CUDA_VISIBLE_DEVICES" not in profile.env:
             return list(self.config.gpus)
         return server_gpus(profile.args, {**self.config.env, **profile.env})
