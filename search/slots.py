@@ -84,7 +84,7 @@ def job_gpus(space: Space, config: Mapping[str, Any]) -> int:
 def too_big(marker: str, trial_dir: Path, need: int, largest: int) -> TrialResult:
     """The result of a trial no host can hold: the config's fault (its layout), never retried, nothing started."""
     message = (f"this layout takes {need} GPUs; the largest host offers {largest}: not runnable here "
-               "(`search space check --gpus N` finds such layouts before the night)")
+               "(`search space check --gpu-count N` finds such layouts before the night)")
     return TrialResult(outcome=Outcome.CRASHED, artifacts=trial_dir, marker=marker,
                        failure=Failure("unsupported", "starting", "", False, message))
 

@@ -35,7 +35,7 @@ def check(
     version: Optional[str] = typer.Option(None, "--sglang-version", help="Check against a shipped manifest "
                                           f"({', '.join(manifests.SHIPPED)}); default: the space's version."),
     python: Optional[str] = typer.Option(None, "--python", help="Check against the sglang installed for this Python."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="The host's GPU count: every parallel layout "
+    gpus: Optional[int] = typer.Option(None, "--gpu-count", min=1, help="The host's GPU count: every parallel layout "
                                        "the space can sample must take a number of GPUs that divides it."),
 ) -> None:
     """Print every problem as `file: key: what is wrong (allowed: ...)`; exit 2 on any error."""

@@ -63,7 +63,7 @@ def _layout_space(path: Path) -> Path:
 def test_space_check_reports_each_bad_layout_against_the_hosts_gpus(tmp_path: Path) -> None:
     space = _layout_space(tmp_path / "layout.yaml")
     done = subprocess.run([sys.executable, "-c", "from search.cli import main; main()", "space", "check", str(space),
-                           "--gpus", "8"], capture_output=True, text=True)
+                           "--gpu-count", "8"], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     lines = done.stdout.splitlines()
     def where(line: str) -> set[str]:
