@@ -19,11 +19,19 @@ trial is not sent to it meanwhile.
 Node settings come from the environment ``ray start`` ran in: :data:`NAME_ENV` names the host
 in the study (default: its hostname), :data:`PORT_ENV` overrides the space's port (only needed
 when several emulated hosts share one machine).
+
+GPU slots: a node that also offers ``search_gpu: N`` (and lists its GPUs in :data:`GPUS_ENV`) runs
+trials side by side. Each agent then claims as many ``search_gpu`` as its trial's layout takes
+(`search.layout`), so Ray itself places it on a node with that many free; on the node the agent
+takes that many GPU indexes from :data:`GPUS_ENV` by a ``flock`` each (`_GpuClaim`: released when
+its process ends, kill -9 included) and runs the trial through a `search.slots.SlotHost` (its own
+``CUDA_VISIBLE_DEVICES`` and port). An agent keeps its GPUs for its next trial of the same size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import logging
 import os
@@ -41,17 +49,22 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from search.errors import BadInput
+from search.errors import BadInput, InfrastructureFault
 from search.hosts import LocalHost, local_host
+from search.hosts.base import Host
 from search.lifecycle import Failure
 from search.loadtest import LevelResult
 from search.runner import Hooks, Job, run_job
+from search.slots import SlotHost, job_gpus, too_big
 from search.storage import Outcome
 from search.trial import TrialResult
 
 RESOURCE = "search_host"
+GPU_RESOURCE = "search_gpu"  # GPU slots: a node's GPUs, shared out by layout
 NAME_ENV = "SEARCH_HOST_NAME"
 PORT_ENV = "SEARCH_HOST_PORT"
+GPUS_ENV = "SEARCH_HOST_GPUS"  # the GPUs a slot node offers, "0,1,2,3"
+CLAIM_TIMEOUT_S = 30.0  # how long an agent waits for GPU locks a just-killed agent has not let go of yet
 POLL_S = 1.0  # how long a node holds a progress poll open when nothing happens
 SWEEP_TIMEOUT_S = 30.0  # how long the driver waits for a node to kill a lost trial's processes
 GONE_TIMEOUT_S = 10.0  # how long a killed actor gets to die before its node is swept
@@ -72,6 +85,48 @@ def connect(address: str) -> None:
 # --------------------------------------------------------------------------- on the node
 
 
+def _offered_gpus() -> list[int] | None:
+    """The GPUs this node offers trials side by side (:data:`GPUS_ENV`); None: whole host per trial."""
+    text = os.environ.get(GPUS_ENV, "").strip()
+    return [int(part) for part in text.split(",")] if text else None
+
+
+class _GpuClaim:
+    """GPU indexes of this node an agent holds while it lives: one ``flock`` per GPU, so agents of one
+    node (Ray has checked there are enough ``search_gpu``) take disjoint GPUs, and a dead agent's go back."""
+
+    def __init__(self, host: str, offered: list[int], need: int) -> None:
+        root = Path(tempfile.gettempdir()) / f"search-slots-{os.getuid()}" / host
+        root.mkdir(parents=True, exist_ok=True)
+        self.gpus: list[int] = []
+        self._fds: list[int] = []
+        deadline = time.monotonic() + CLAIM_TIMEOUT_S
+        while len(self.gpus) < need:
+            for gpu in offered:
+                if gpu in self.gpus or len(self.gpus) == need:
+                    continue
+                fd = os.open(root / f"gpu{gpu}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self.gpus.append(gpu)
+                self._fds.append(fd)
+            if len(self.gpus) < need:
+                if time.monotonic() > deadline:
+                    self.release()
+                    raise InfrastructureFault(f"host {host}: {need} of its GPUs {offered} are not free after "
+                                              f"{CLAIM_TIMEOUT_S:g} s; another study's agents hold them")
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        self.gpus = []
+
+
 class _NoVerdict(Exception):
     """A level waited longer than its bound for the driver's verdict (the driver lost track of the trial)."""
 
@@ -88,6 +143,20 @@ class _Agent:
         self._messages: dict[str, list[Message]] = {}  # by marker, while that trial runs
         self._verdicts: dict[tuple[str, int], bool] = {}  # (marker, level index) -> keep
         self._changed = threading.Condition()
+        self._claim: _GpuClaim | None = None  # on a slot node: the GPUs this agent holds
+
+    def _placed(self, host: Host, job: Job) -> Host:
+        """``host`` as this job runs on it: on a slot node, a `SlotHost` on GPUs this agent holds."""
+        offered = _offered_gpus()
+        if offered is None:
+            return host
+        need = job_gpus(job.space, job.config)
+        if self._claim is None or len(self._claim.gpus) != need:
+            if self._claim is not None:
+                self._claim.release()
+            self._claim = _GpuClaim(host.name, offered, need)
+        gpus = self._claim.gpus
+        return SlotHost(host, gpus, offered.index(gpus[0]))
 
     def run(self, job: Job, emulate: bool, verdict_timeout_s: float = VERDICT_TIMEOUT_S
             ) -> tuple[TrialResult, dict[str, bytes], list[Message]]:
@@ -120,8 +189,12 @@ class _Agent:
 
         try:
             try:
-                result = run_job(job, host, on_event=lambda event: self._say(marker, ("event", event)),
+                result = run_job(job, self._placed(host, job),
+                                 on_event=lambda event: self._say(marker, ("event", event)),
                                  on_level=on_level, trial_dir=scratch)
+            except InfrastructureFault as exc:  # its GPUs never came free: the host's fault, retried
+                result = TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=scratch, marker=marker,
+                                     failure=Failure("infrastructure", "starting", str(exc), True, str(exc)))
             except _NoVerdict as exc:  # run_trial tore the server down on the way out
                 result = TrialResult(outcome=Outcome.INFRASTRUCTURE, artifacts=scratch, marker=marker, levels=levels,
                                      failure=Failure("no_verdict", "ready", "", True, str(exc)))
@@ -161,8 +234,13 @@ class _Agent:
 
 # One agent per host (it holds the resource); no CPU reserved (the server's GPUs are the constraint);
 # threads so polls and verdicts are served while ``run`` works; never restarted or retried.
-_AgentActor = ray.remote(_Agent).options(num_cpus=0, resources={RESOURCE: 1}, max_concurrency=4, max_restarts=0,
-                                         max_task_retries=0)
+_AgentActor = ray.remote(_Agent)
+
+
+def _new_agent(resources: dict[str, float]) -> Any:
+    """A new agent claiming ``resources`` (a whole host's ``search_host``, or a slot's ``search_gpu``)."""
+    return _AgentActor.options(num_cpus=0, resources=resources, max_concurrency=4, max_restarts=0,
+                               max_task_retries=0).remote()
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -185,12 +263,14 @@ class _Remote:
     host: str = ""
     phase: str = "starting"  # the last phase seen, for the failure record if the worker dies
     steps: int = 0
+    need: int = 1  # the search_gpu its agent holds (slot mode)
 
 
 @dataclass
 class _Idle:
     actor: Any  # an _AgentActor whose host is free; it still holds the host's resource
     node: str | None
+    need: int = 1  # the search_gpu it holds (slot mode)
 
 
 class RayRunner:
@@ -203,6 +283,10 @@ class RayRunner:
         self._running: dict[ray.ObjectRef[Any], _Remote] = {}  # by the run ref
         self._idle: list[_Idle] = []  # agents whose host is free
         self._sweeps: dict[ray.ObjectRef[Any], float] = {}  # a lost trial's sweep -> when to stop waiting for it
+        self._need = 1  # GPUs the last job took: what free() counts in (slot mode)
+        self._done: list[tuple[Job, TrialResult]] = []  # jobs no node could hold, ended without running
+        # Slot mode when the cluster offers search_gpu: agents claim GPUs by layout, several per node.
+        self.slots = GPU_RESOURCE in ray.cluster_resources()
         if self.capacity() == 0:
             ray.shutdown()
             raise BadInput(f"the Ray cluster at {address} has no node with the {RESOURCE!r} resource; on each GPU "
@@ -210,20 +294,33 @@ class RayRunner:
 
     def capacity(self) -> int:
         """Trials the cluster admits at once: its live nodes' ``search_host`` (Ray drops a dead node
-        some seconds after it stops answering)."""
+        some seconds after it stops answering); in slot mode, as many of the last job's size as its
+        ``search_gpu`` hold."""
+        if self.slots:
+            return sum(int(n.get("Resources", {}).get(GPU_RESOURCE, 0)) // self._need for n in self._slot_nodes())
         return int(ray.cluster_resources().get(RESOURCE, 0))
 
     def free(self) -> int:
-        """Hosts with nothing running, not counting a lost trial's host until its sweep has ended."""
+        """Hosts (slots) with nothing running, not counting a lost trial's until its sweep has ended."""
         return max(0, self.capacity() - len(self._running) - len(self._sweeps))
 
     def start(self, job: Job, hooks: Hooks) -> None:
+        need = 1
+        if self.slots:
+            need = self._need = job_gpus(job.space, job.config)
+            largest = max((int(n["Resources"].get(GPU_RESOURCE, 0)) for n in self._slot_nodes()), default=0)
+            if need > largest:
+                self._done.append((job, too_big(job.marker, job.trial_dir, need, largest)))
+                return
         # A new agent claims a free host. Ray types an actor's methods as the plain functions; calls go through `.remote`.
-        actor: Any = self._free_agent() or _AgentActor.remote()
+        actor: Any = self._free_agent(need) or _new_agent({GPU_RESOURCE: need} if self.slots else {RESOURCE: 1})
         run = actor.run.remote(job, self.emulate)
-        self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(job.marker, POLL_S))
+        self._running[run] = _Remote(job, hooks, actor, run, actor.poll.remote(job.marker, POLL_S), need=need)
 
     def wait(self, timeout: float) -> list[tuple[Job, TrialResult]]:
+        if self._done:
+            done, self._done = self._done, []
+            return done
         self._release_idle()
         polls = {r.poll: r for r in self._running.values() if r.poll is not None}
         refs = [*self._running, *polls, *self._sweeps]
@@ -307,21 +404,27 @@ class RayRunner:
                                            marker=remote.job.marker,
                                            failure=Failure("worker_lost", remote.phase, "", True, message))
         self._dispatch(remote, [m for m in unpolled if m[0] != "level"])  # an unpolled level was never answered
-        self._idle.append(_Idle(remote.actor, remote.node))
+        self._idle.append(_Idle(remote.actor, remote.node, remote.need))
         for name, data in files.items():
             path = remote.job.trial_dir / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
         return remote.job, result
 
-    def _free_agent(self) -> Any | None:
-        """An idle agent whose node is still alive; those on a dead node are let go."""
+    def _free_agent(self, need: int = 1) -> Any | None:
+        """An idle agent of this size whose node is still alive; those on a dead node are let go, and so are
+        idle agents of other sizes when none fits (their GPUs go back to Ray for this one)."""
         live = set(self._live_nodes())
-        while self._idle:
-            idle = self._idle.pop()
-            if idle.node in live:
-                return idle.actor
+        for idle in [i for i in self._idle if i.node not in live]:
             ray.kill(idle.actor, no_restart=True)
+        self._idle = [i for i in self._idle if i.node in live]
+        for idle in reversed(self._idle):
+            if idle.need == need:
+                self._idle.remove(idle)
+                return idle.actor
+        for idle in self._idle:
+            ray.kill(idle.actor, no_restart=True)
+        self._idle.clear()
         return None
 
     def _release_idle(self) -> None:
@@ -372,7 +475,13 @@ class RayRunner:
 
     @staticmethod
     def _live_nodes() -> list[str]:
-        return [n["NodeID"] for n in ray.nodes() if n.get("Alive") and RESOURCE in n.get("Resources", {})]
+        return [n["NodeID"] for n in ray.nodes() if n.get("Alive")
+                and (RESOURCE in n.get("Resources", {}) or GPU_RESOURCE in n.get("Resources", {}))]
+
+    @staticmethod
+    def _slot_nodes() -> list[dict[str, Any]]:
+        """Live nodes that share their GPUs out (``search_gpu``)."""
+        return [n for n in ray.nodes() if n.get("Alive") and GPU_RESOURCE in n.get("Resources", {})]
 
 
 # Below Linux's ephemeral range (32768-60999), where bind(0) and outgoing connections take ports
@@ -392,11 +501,12 @@ def _server_port() -> int:
     raise RuntimeError(f"no free port in {_SERVER_PORTS} for an emulated host")
 
 
-def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:
+def emulated_cluster(root: Path, hosts: int, gpus: int | None = None) -> tuple[Any, list[str]]:
     """A Ray cluster on this machine whose ``hosts`` nodes stand for GPU hosts (tests, benchmark, a dry run).
 
     The head (the controller) has no ``search_host``; each node gets its own emulator state
     directory under ``root`` (its GPUs), its own port and a host name, as separate machines would.
+    With ``gpus``, each node has that many emulated GPUs and shares them out (``search_gpu``).
     Ray must allow unauthenticated local use (``RAY_AUTH_MODE=disabled``). The caller shuts the
     returned ``ray.cluster_utils.Cluster`` down; its ``address`` is what ``--ray`` takes.
     """
@@ -408,6 +518,10 @@ def emulated_cluster(root: Path, hosts: int) -> tuple[Any, list[str]]:
         state = root / name
         state.mkdir(parents=True, exist_ok=True)
         port = _server_port()
-        cluster.add_node(num_cpus=1, resources={RESOURCE: 1}, env_vars={
-            NAME_ENV: name, PORT_ENV: str(port), "SEARCH_EMULATOR_STATE_DIR": str(state)})
+        env = {NAME_ENV: name, PORT_ENV: str(port), "SEARCH_EMULATOR_STATE_DIR": str(state)}
+        resources = {RESOURCE: 1}
+        if gpus is not None:
+            env.update({GPUS_ENV: ",".join(map(str, range(gpus))), "SEARCH_EMULATOR_GPUS": str(gpus)})
+            resources[GPU_RESOURCE] = gpus
+        cluster.add_node(num_cpus=1, resources=resources, env_vars=env)
     return cluster, names

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import yaml
@@ -66,6 +66,21 @@ class LaunchProfile:
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def on_port(self, port: int) -> LaunchProfile:
+        """This profile listening on ``port`` (its ``--port`` replaced or added): a host's own port, a slot's."""
+        if port == self.port:
+            return self
+        args = list(self.args)
+        if "--port" in args:
+            args[args.index("--port") + 1] = str(port)
+        else:
+            args += ["--port", str(port)]
+        return replace(self, args=args, port=port)
+
+    def on_gpus(self, gpus: list[int]) -> LaunchProfile:
+        """This profile confined to ``gpus`` (its ``CUDA_VISIBLE_DEVICES``): a slot of a host."""
+        return replace(self, env={**self.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))})
 
 
 def format_value(value: Any) -> str:

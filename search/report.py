@@ -186,7 +186,9 @@ def _duration_unit(seconds: float) -> tuple[float, str]:
 
 
 def history(study: optuna.Study, palette: Palette) -> Section:
-    """Each trial's peak tok/s when it finished, crashes on the floor, and the best feasible so far."""
+    """Each trial's peak (the objective: tok/s, or tok/s/GPU) when it finished, crashes on the floor, and the best
+    feasible so far."""
+    objective = space_of(study).objective
     trials = sorted((t for t in _finished(study) if t.datetime_complete), key=lambda t: t.datetime_complete or datetime.min)
     fig = go.Figure()
     symbols = {"completed": "circle", "slo breached": "circle-open", "pruned": "triangle-down",
@@ -200,7 +202,7 @@ def history(study: optuna.Study, palette: Palette) -> Section:
             marker={"symbol": symbol, "size": 11, "color": [palette.colour(t) for t in group],
                     "line": {"width": 2, "color": OUTCOME_COLOURS[outcome]}},
             text=[f"{palette.label(t)} · {results.outcome_text(t)}" for t in group], cliponaxis=False,
-            hovertemplate="%{text}<br>%{y:,.0f} tok/s<br>%{x|%H:%M:%S}<extra></extra>"))
+            hovertemplate=f"%{{text}}<br>%{{y:,.0f}} {objective.unit}<br>%{{x|%H:%M:%S}}<extra></extra>"))
     best, xs, ys = 0.0, [], []
     for t in trials:
         if _outcome(t) == "completed" and t.value is not None and t.value > best:
@@ -210,7 +212,8 @@ def history(study: optuna.Study, palette: Palette) -> Section:
             ys.append(best)
     if xs:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="best so far", line={"shape": "hv", "width": 2.5,
-                                 "color": TOP_COLOURS[0]}, hovertemplate="best so far %{y:,.0f} tok/s<extra></extra>"))
+                                 "color": TOP_COLOURS[0]},
+                                 hovertemplate=f"best so far %{{y:,.0f}} {objective.unit}<extra></extra>"))
     if palette.baseline is not None:
         base = next(t for t in trials if t.number == palette.baseline)
         if base.value:
@@ -218,7 +221,7 @@ def history(study: optuna.Study, palette: Palette) -> Section:
                           annotation={"text": f"baseline #{base.number}", "font": {"size": 10}},
                           annotation_position="bottom right")
     fig.update_xaxes(title="trial finished at")
-    fig.update_yaxes(title="peak output throughput (tok/s)", rangemode="tozero")
+    fig.update_yaxes(title=f"peak {objective.name} ({objective.unit})", rangemode="tozero")
     return Section("history", "Optimization history",
                    "Each trial's best output throughput that met the SLOs, at the time it finished. Pruned trials show "
                    "the last level they reached; crashed trials sit at zero.", _style(fig, 420) if trials else None,
@@ -563,8 +566,8 @@ def _ranking(study: optuna.Study) -> str:
     frame = results.table(study, TABLE_ROWS)
     if frame.empty:
         return ""
-    head = "<tr><th>#</th><th>trial</th><th>outcome</th><th>tok/s</th><th>at</th><th>p99 TTFT ms</th>" \
-           "<th>p99 ITL ms</th><th>changed from baseline</th></tr>"
+    head = (f"<tr><th>#</th><th>trial</th><th>outcome</th><th>{html.escape(space_of(study).objective.unit)}</th>"
+            "<th>at</th><th>p99 TTFT ms</th><th>p99 ITL ms</th><th>changed from baseline</th></tr>")
 
     def known(v: Any) -> bool:  # pandas gives NaN for a missing number
         return v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -610,7 +613,7 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
     charts = "\n".join(_section_html(s) for s in sections(study, space))
     started = min((t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start), default=None)
     subtitle = " · ".join(x for x in (
-        space.launch.model, f"tp {space.launch.tp}", f"SGLang {space.sglang_version}",
+        space.launch.model, f"tp {space.launch.tp}" if space.launch.tp else "tp searched", f"SGLang {space.sglang_version}",
         f"ladder {', '.join(str(c) for c in space.load_test.concurrency)}",
         f"started {started:%Y-%m-%d %H:%M}" if started else "") if x)
     page = Template((resources.files("search") / "report" / "page.html").read_text(encoding="utf-8"))

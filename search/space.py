@@ -174,7 +174,7 @@ class Launch(_Model):
 
     launcher: Annotated[list[StrictStr], Field(min_length=1)] = list(DEFAULT_LAUNCHER)
     model: StrictStr
-    tp: PositiveInt = 1
+    tp: PositiveInt | None = 1  # null: the layout is searched (a `--tp-size` param) or left to SGLang
     quantization: StrictStr | None = None
     host: StrictStr = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 30000
@@ -263,6 +263,7 @@ class Workload(_Model):
 
 GOODPUT = "goodput"
 MAX_RATE = "max_rate_under_slo"
+PER_GPU = "_per_gpu"
 
 
 class Objective(_Model):
@@ -271,10 +272,13 @@ class Objective(_Model):
     ``goodput`` is bench_serving's: requests/s whose TTFT, TPOT and E2E each meet ``goodput_slos_ms``.
     ``max_rate_under_slo``: the highest request rate (of ``load_test.request_rates``, refined by a
     bisection inside the trial) whose p99 TTFT and ITL meet ``slos``, as vLLM's ``serve_sla``.
+    ``output_throughput_per_gpu`` divides output tok/s by the GPUs the trial's layout takes
+    (`search.layout`), so layouts of different sizes compare fairly; the ladder's pruner and
+    ``targets`` then read per-GPU figures too.
     """
 
-    metric: Literal["output_throughput", "total_throughput", "request_throughput", "goodput",
-                    "max_rate_under_slo"] = "output_throughput"
+    metric: Literal["output_throughput", "output_throughput_per_gpu", "total_throughput", "request_throughput",
+                    "goodput", "max_rate_under_slo"] = "output_throughput"
     over_levels: Literal["max"] = "max"
     require_slos: StrictBool = True
     goodput_slos_ms: dict[Literal["ttft", "tpot", "e2el"], PositiveFloat] | None = None
@@ -288,16 +292,23 @@ class Objective(_Model):
 
     @property
     def level_key(self) -> str:
-        """The LevelResult field the objective reads."""
-        return {GOODPUT: "request_goodput", MAX_RATE: "request_rate"}.get(self.metric, self.metric)
+        """The LevelResult field the objective reads (divided by the trial's GPUs when :attr:`per_gpu`)."""
+        return {GOODPUT: "request_goodput", MAX_RATE: "request_rate"}.get(self.metric, self.metric.removesuffix(PER_GPU))
+
+    @property
+    def per_gpu(self) -> bool:
+        """Whether a level's figure is divided by the GPUs the trial's layout takes."""
+        return self.metric.endswith(PER_GPU)
 
     @property
     def unit(self) -> str:
-        return "req/s" if self.metric in ("request_throughput", GOODPUT, MAX_RATE) else "tok/s"
+        if self.metric in ("request_throughput", GOODPUT, MAX_RATE):
+            return "req/s"
+        return "tok/s/GPU" if self.per_gpu else "tok/s"
 
     def format(self, value: float) -> str:
-        """A value with its unit: ``4,210 tok/s``, ``3.25 req/s``."""
-        return f"{value:,.2f} req/s" if self.unit == "req/s" else f"{value:,.0f} tok/s"
+        """A value with its unit: ``4,210 tok/s``, ``526 tok/s/GPU``, ``3.25 req/s``."""
+        return f"{value:,.2f} req/s" if self.unit == "req/s" else f"{value:,.0f} {self.unit}"
 
     @property
     def name(self) -> str:

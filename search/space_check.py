@@ -11,6 +11,7 @@ import difflib
 from typing import Any
 
 from search.errors import BadInput
+from search.layout_check import layout_problems
 from search.loadtest.workload import dataset_requests
 from search.manifests import Flag, Manifest, ManifestError
 from search.profile import flag_tokens, is_secret, render, secret_problems
@@ -29,8 +30,9 @@ from search.space import (
 _SWITCH_KINDS = frozenset({"store_true", "deprecated_store_true"})
 
 
-def check_space(space: Space, manifest: Manifest) -> CheckReport:
-    """Every problem of `space` for the SGLang whose flags `manifest` lists (errors + warnings)."""
+def check_space(space: Space, manifest: Manifest, host_gpus: int | None = None) -> CheckReport:
+    """Every problem of `space` for the SGLang whose flags `manifest` lists (errors + warnings); with
+    ``host_gpus``, also the parallel layouts that host cannot hold (`search.layout_check`)."""
     report = CheckReport()
     add = report.problems.extend
     add(_structure_problems(space))
@@ -56,6 +58,8 @@ def check_space(space: Space, manifest: Manifest) -> CheckReport:
                                 "letters, digits and _, not starting with a digit")])
     if space.baseline is not None and report.ok:
         add(_argv_problems(space, manifest, space.baseline, "baseline"))
+    if report.ok:
+        add(layout_problems(space, host_gpus))
     return report
 
 
@@ -67,7 +71,8 @@ def _claim(space: Space, manifest: Manifest, option: str, key: str, claimed: dic
         report.problems.append(space._problem(key, unknown_flag(manifest, option)))
         return None
     if flag.dest in claimed and key != "launch":
-        report.problems.append(space._problem(key, f"{option} sets {flag.dest}, already set by {claimed[flag.dest]}"))
+        fix = " (set launch.tp: null to search it)" if claimed[flag.dest] == "launch (--tp-size)" else ""
+        report.problems.append(space._problem(key, f"{option} sets {flag.dest}, already set by {claimed[flag.dest]}{fix}"))
     claimed.setdefault(flag.dest, key if key != "launch" else f"launch ({option})")
     if option not in flag.options:
         report.problems.append(space._problem(key, f"{option} abbreviates {flag.options[0]}; write it in full "

@@ -120,10 +120,10 @@ class Strategy:
         self._dists = discover(space)
         self.ranking = Ranking(self._dists, pooled=guided, settings=settings)
         # The ladder rules; None (unguided, or ``pruning=False`` to ablate them alone) runs every level.
-        # Targets are output tok/s by concurrency: they bound only an output-throughput objective
-        # (a space without an objective, as a benchmark landscape's, has that one).
+        # Targets are output tok/s (per GPU, for that objective) by concurrency: they bound only an
+        # output-throughput objective (a space without an objective, as a benchmark landscape's, has that one).
         objective = getattr(space, "objective", None)
-        tok_s = objective is None or objective.metric == "output_throughput"
+        tok_s = objective is None or objective.metric.startswith("output_throughput")
         unit = "tok/s" if objective is None else objective.unit
         self.pruner = LadderPruner(space.targets if tok_s else {}, settings, unit=unit) if guided and pruning else None
         # Known crashes and repeats told without running; None (unguided, ``memory=False``) runs every proposal.

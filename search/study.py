@@ -5,8 +5,9 @@ This module is the only writer to the study storage. Every trial goes through th
 `search.trial.run_trial` through a `search.runner.Runner`, and is recorded with the user attributes
 of `search.storage` that every view reads. The runner decides where and how many trials run at
 once: `search.runner.InProcessRunner` runs one at a time on one host,
-`search.parallel.RayRunner` one per Ray node; the driver loop is the same for both, so asks
-overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
+`search.slot_runner.SlotRunner` as many as the free GPUs of hosts that offer a ``gpus`` list hold,
+`search.parallel.RayRunner` one per Ray node (or per GPU slot of it); the driver loop is the same for
+all, so asks overlap (the sampler's constant liar spreads them) and level results still reach the pruner.
 
 Overnight safety comes from three rules:
 
@@ -41,13 +42,16 @@ from search import correctness
 from search.command import config_from_command
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
+from search.layout import gpus_needed
 from search.loadtest import LevelResult
 from search.lock import StudyLock
 from search.logwatch import Event
 from search.names import checked_study_name, checked_trials_dir
 from search.optuna_internals import running_trial
+from search.profile import render
 from search.ranking import Ranking
-from search.runner import Hooks, InProcessRunner, Job, Runner
+from search.runner import Hooks, Job, Runner
+from search.slot_runner import pool_runner
 from search.space import Space
 from search.stop_signals import stop_signals_as_interrupt
 from search.storage import (
@@ -146,7 +150,7 @@ class StudyRun:
     trials_dir: Path = Path("trials")
     hosts: Mapping[str, Host] = field(default_factory=dict)  # by name, to clean up a dead run's trials
     listener: Listener = field(default_factory=Listener)
-    runner: Runner | None = None  # default: InProcessRunner(host, hosts)
+    runner: Runner | None = None  # default: search.slot_runner.pool_runner([host], hosts)
     # What proposes and judges the trials; default Strategy(space, sampler, seed=seed). The search
     # benchmark passes its peers here, so they run through this same driver.
     searcher: Strategy | None = None
@@ -157,8 +161,8 @@ class StudyRun:
         checked_trials_dir(self.trials_dir)
         if self.runner is not None:
             self._runner: Runner = self.runner
-        elif self.host is not None:
-            self._runner = InProcessRunner([self.host], self.hosts or None)
+        elif self.host is not None:  # side by side on its GPUs if it offers a list, else one at a time
+            self._runner = pool_runner([self.host], self.hosts or None)
         else:
             raise BadInput("a study needs a host or a runner to run its trials on")
         self.strategy = self.searcher or Strategy(self.space, self.sampler, seed=self.seed)
@@ -296,14 +300,16 @@ class StudyRun:
             trial.set_user_attr(Attr.HOST, host)
             self.listener.placed(number, host)
 
+        per_gpu = self._divisor(config)
+
         def level(result: LevelResult) -> bool:
             running.levels.append(result)
             self.listener.level(number, result)
-            # Reported (and pruned) on what the objective reads: tok/s, goodput, or the rate met;
-            # an open-loop level is named by its rate.
+            # Reported (and pruned) on what the objective reads: tok/s (per GPU), goodput, or the
+            # rate met; an open-loop level is named by its rate.
             where = result.request_rate if result.request_rate is not None else result.max_concurrency
             return self.strategy.on_level(self._live, trial, len(running.levels) - 1, where,
-                                          level_score(self.space, result))
+                                          level_score(self.space, result, per_gpu))
 
         def event(seen: Event) -> None:
             if seen.kind == "phase":
@@ -322,7 +328,7 @@ class StudyRun:
             baseline = self._baseline_answers(trial.number)
             if baseline is not None:
                 result.answers_differ = bool(correctness.compare(baseline, result.answers))
-        self._record(trial, result, result.gpu)
+        self._record(trial, result, config)
         self.listener.trial_done(self._live.trials[trial.number])
         if result.outcome == Outcome.INFRASTRUCTURE:
             self._count_infra(config, trial.number, result)
@@ -339,15 +345,19 @@ class StudyRun:
                     return answers
         return None
 
+    def _divisor(self, config: Mapping[str, Any]) -> int:
+        """What a level's figure is divided by for the objective: the layout's GPUs when it is per GPU."""
+        return gpus_needed(render(self.space, dict(config)).args) if self.space.objective.per_gpu else 1
+
     @staticmethod
     def _record_levels(trial: optuna.Trial, levels: list[LevelResult], gpu: list[dict[str, Any]]) -> None:
         trial.set_user_attr(Attr.LEVELS, [level.to_dict() for level in levels])
         if gpu:
             trial.set_user_attr(Attr.GPU, gpu)
 
-    def _record(self, trial: optuna.Trial, result: TrialResult, gpu: list[dict[str, Any]]) -> None:
+    def _record(self, trial: optuna.Trial, result: TrialResult, config: Mapping[str, Any]) -> None:
         """Store the record the views read, then tell the strategy the outcome."""
-        self._record_levels(trial, result.levels, gpu)
+        self._record_levels(trial, result.levels, result.gpu)
         data = result.to_dict()
         for key in (Attr.PHASES, Attr.PEAK, Attr.PEAK_CONCURRENCY, Attr.SLO_OK, Attr.ANSWERS_DIFFER,
                     Attr.GPU_SECONDS, Attr.TEARDOWN):
@@ -358,7 +368,8 @@ class StudyRun:
         objective = result.objective
         if outcome == Outcome.COMPLETED and objective is None:
             # No level met the SLOs: keep its best throughput, the slo constraint keeps it from winning.
-            objective = max((level_score(self.space, level) for level in result.levels), default=0.0)
+            objective = max((level_score(self.space, level, self._divisor(config)) for level in result.levels),
+                            default=0.0)
         if outcome == Outcome.PRUNED and result.levels and trial.user_attrs.get(Attr.PRUNED_BECAUSE) is None:
             trial.set_user_attr(Attr.PRUNED_BECAUSE, "the ladder stopped early")
         self.strategy.tell(self._live, trial, outcome, objective=objective, slo_ok=result.slo_ok,

@@ -20,6 +20,7 @@ from search.artifacts import TrialArtifacts
 from search.background import Background
 from search.errors import InfrastructureFault, RunFailed
 from search.hosts.base import GpuSample, Host, ServerHandle
+from search.layout import gpus_needed
 from search.lifecycle import Failure, OnEvent, Startup, Watch, phases_dict, start_server
 from search.loadtest import NO_PROGRESS, LadderSpec, LevelResult, run_ladder
 from search.loadtest.metrics import meets_slos
@@ -97,15 +98,16 @@ def slos_of(space: Space) -> dict[str, float | None]:
     return {key: getattr(space.slos, key, None) for key in SLO_KEYS}
 
 
-def level_score(space: Space, level: LevelResult) -> float:
+def level_score(space: Space, level: LevelResult, gpus: int = 1) -> float:
     """What a level is worth to the space's objective, as each is reported (and pruned on).
 
-    The objective's own figure (output tok/s, goodput req/s...); for ``max_rate_under_slo`` the
-    level's rate when it met the SLOs, else 0.
+    The objective's own figure (output tok/s, goodput req/s...), divided by ``gpus`` (the trial's
+    layout's, for a per-GPU objective; else 1); for ``max_rate_under_slo`` the level's rate when
+    it met the SLOs, else 0.
     """
     if space.objective.metric == MAX_RATE:
         return (level.request_rate or 0.0) if meets_slos(level, slos_of(space)) else 0.0
-    return float(getattr(level, space.objective.level_key) or 0.0)
+    return float(getattr(level, space.objective.level_key) or 0.0) / gpus
 
 
 def run_trial(space: Space, config: Mapping[str, Any], host: Host, *, trial_dir: Path, marker: str,
@@ -179,8 +181,9 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
     slos = slos_of(space)
     passing = [level for level in ladder.levels if meets_slos(level, slos)]
     if passing:
-        best = max(passing, key=lambda level: level_score(space, level))
-        result.objective = level_score(space, best)
+        gpus = gpus_needed(profile.args) if space.objective.per_gpu else 1
+        best = max(passing, key=lambda level: level_score(space, level, gpus))
+        result.objective = level_score(space, best, gpus)
         result.peak_concurrency = best.request_rate if best.request_rate is not None else best.max_concurrency
     result.slo_ok = bool(passing)
     if ladder.aborted:

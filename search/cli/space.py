@@ -35,6 +35,8 @@ def check(
     version: Optional[str] = typer.Option(None, "--sglang-version", help="Check against a shipped manifest "
                                           f"({', '.join(manifests.SHIPPED)}); default: the space's version."),
     python: Optional[str] = typer.Option(None, "--python", help="Check against the sglang installed for this Python."),
+    gpus: Optional[int] = typer.Option(None, "--gpu-count", min=1, help="The host's GPU count: every parallel layout "
+                                       "the space can sample must take a number of GPUs that divides it."),
 ) -> None:
     """Print every problem as `file: key: what is wrong (allowed: ...)`; exit 2 on any error."""
     if (space_file is None) == (command is None):
@@ -52,13 +54,14 @@ def check(
         raise BadInput(f"{space_file}: {len(exc.problems)} error(s) in the file itself; fix them to check the rest") from None
     space, schema_problems = salvage_space(data, str(space_file))
     manifest = _manifest(version, python, space.sglang_version)
-    report = check_space(space, manifest)
+    report = check_space(space, manifest, gpus)
     report.problems[:0] = schema_problems
     _report(str(space_file), manifest, report)
 
 
-def checked_space(path: Path) -> Space:
-    """The space at `path`, checked against its SGLang's shipped flags before a run starts anything.
+def checked_space(path: Path, host_gpus: int | None = None) -> Space:
+    """The space at `path`, checked against its SGLang's shipped flags (and ``host_gpus``, the GPUs a host
+    offers) before a run starts anything.
 
     Errors stop the run (exit 2, every problem on stderr); warnings are printed and the run goes on.
     A version without a shipped manifest is left to `search space check --python` on the target."""
@@ -67,7 +70,7 @@ def checked_space(path: Path) -> Space:
         typer.echo(f"warning: {path}: no shipped flag manifest for SGLang {space.sglang_version}, so not checked; "
                    f"run `search space check {path} --python PATH` with the target's Python", err=True)
         return space
-    report = check_space(space, manifests.load(space.sglang_version))
+    report = check_space(space, manifests.load(space.sglang_version), host_gpus)
     _print(report, err=True)
     if not report.ok:
         raise BadInput(f"{path}: {len(report.errors)} error(s) for SGLang {space.sglang_version}; nothing was "

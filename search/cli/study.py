@@ -58,6 +58,9 @@ def run(
                                          help="Try another study's best configs early."),
     hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="hosts.yaml: run trials on its hosts, in turn."),
     host_name: Optional[str] = typer.Option(None, "--host", help="Only this host of --hosts (default: all of them)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", metavar="0,1,...",
+                                       help="GPUs of this machine to share out: trials run side by side, each on "
+                                            "as many as its layout takes (default: one trial at a time)."),
     ray_address: Optional[str] = typer.Option(None, "--ray", metavar="[ADDRESS|auto]",
                                               help="Run trials on a Ray cluster, one per GPU host; no address "
                                                    "means auto, the cluster this machine belongs to (docs/ray.md)."),
@@ -76,14 +79,15 @@ def run(
 
     if sampler not in SAMPLERS:
         raise BadInput(f"--sampler {sampler!r}: choose one of {', '.join(SAMPLERS)}")
-    space = checked_space(space_path)
+    offered = parse_gpus(gpus) if gpus is not None else None
+    space = checked_space(space_path, len(offered) if offered else None)
     known = known_configs(space, start_from, [load(name, storage) for name in from_study])
     if space.baseline is None:
         if not known:
             raise BadInput(f"{space_path}: no baseline; add `baseline:` to the space or pass --start-from "
                            "with your current launch command")
         space = space.model_copy(update={"baseline": known.pop(0)})
-    runner = _runner(emulate, hosts_file, host_name, ray_address)
+    runner = _runner(emulate, hosts_file, host_name, ray_address, offered)
     driver = StudyRun(space=space, name=study, storage=storage, sampler=sampler, seed=seed, n_trials=n_trials,
                       timeout_s=parse_duration(timeout, "--timeout") if timeout else None, known=known,
                       remeasure=remeasure, trials_dir=trials_dir, runner=runner)
@@ -98,22 +102,37 @@ def run(
     print(f"study {study} done; see `search study show {study}` and `search study export {study} --format shell`")
 
 
-def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_address: str | None) -> Runner:
-    """Where trials run: one host at a time in this process, or every GPU host of a Ray cluster."""
+def parse_gpus(text: str) -> list[int]:
+    """``--gpus 0,1,2,3`` as a list; a one-line BadInput naming the option otherwise."""
+    from search.errors import BadInput
+
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
+        raise BadInput(f"--gpus {text!r}: give distinct GPU indexes separated by commas, e.g. --gpus 0,1,2,3")
+    return [int(part) for part in parts]
+
+
+def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_address: str | None,
+            gpus: list[int] | None = None) -> Runner:
+    """Where trials run: in this process on one host or the hosts file's (side by side on hosts that offer
+    a ``gpus`` list, else one at a time), or on every GPU host of a Ray cluster."""
     from search.errors import BadInput
     from search.hosts import local_host
-    from search.runner import InProcessRunner
+    from search.slot_runner import pool_runner
 
     if ray_address is not None:
-        if hosts_file is not None or name is not None:
-            raise BadInput(f"--ray {ray_address} runs each trial on a Ray node's own machine; leave out --hosts/--host")
+        if hosts_file is not None or name is not None or gpus is not None:
+            raise BadInput(f"--ray {ray_address} runs each trial on a Ray node's own machine; leave out "
+                           "--hosts/--host/--gpus (a node's GPUs are its SEARCH_HOST_GPUS)")
         from search.parallel import RayRunner
 
         return RayRunner(ray_address, emulate=emulate)
     if hosts_file is None:
         if name is not None:
             raise BadInput("--host needs --hosts FILE")
-        return InProcessRunner([local_host(emulate=emulate)])
+        return pool_runner([local_host(emulate=emulate, gpus=gpus)])
+    if gpus is not None:
+        raise BadInput("--gpus shares out this machine's GPUs; with --hosts, give each host its `gpus:` list there")
     if emulate:
         raise BadInput("--emulate runs trials locally; leave out --hosts (or set emulate: true on the host)")
     from search.hosts.config import load_hosts
@@ -122,7 +141,7 @@ def _runner(emulate: bool, hosts_file: Path | None, name: str | None, ray_addres
     config = load_hosts(hosts_file)
     hosts = {entry.name: SSHHost(entry) for entry in config.hosts}  # each connects on first use
     pool = [hosts[config.get(name).name]] if name else list(hosts.values())
-    return InProcessRunner(pool, hosts)  # every host by name: a dead run's trials are cleaned up where they ran
+    return pool_runner(pool, hosts)  # every host by name: a dead run's trials are cleaned up where they ran
 
 
 @app.command("list")

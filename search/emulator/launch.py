@@ -135,6 +135,19 @@ def tp_size(flags: dict[str, Any]) -> int:
     return int(flags.get("tp_size") or flags.get("tensor_parallel_size") or 1)
 
 
+def world_size(flags: dict[str, Any]) -> int:
+    """GPUs (ranks) the server starts: dp x tp x pp, attention DP running inside the TP group.
+
+    As SGLang counts them: sglang-0.5.23 srt/server_args.py:581-589 (compute_world_size), with
+    ``--dp-size N --enable-dp-attention`` read as ``--attn-dp-size N`` (srt/arg_groups/parallel_hook.py:50-61);
+    sglang-0.5.9 srt/managers/data_parallel_controller.py:246 (one tp x pp group per replica).
+    """
+    dp = int(flags.get("dp_size") or flags.get("data_parallel_size") or 1)
+    pp = int(flags.get("pp_size") or flags.get("pipeline_parallel_size") or 1)
+    attention_dp = int(flags.get("attn_dp_size") or 1) > 1 or bool(flags.get("enable_dp_attention"))
+    return (1 if attention_dp else dp) * tp_size(flags) * pp
+
+
 def balance_check(version: str, env: dict[str, str]) -> bool:
     """`envs.SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK.get()`: default True; a value that is not a
     boolean word also reads as the default (SGLang warns and falls back)."""
@@ -215,7 +228,9 @@ def failing_ranks(outcome: dict[str, Any] | None, flags: dict[str, Any], tp: int
 
 
 def gpus_of(flags: dict[str, Any], env: dict[str, str]) -> list[int]:
-    tp = tp_size(flags)
+    """One GPU per rank: CUDA_VISIBLE_DEVICES from --base-gpu-id on, else base.. (servers on disjoint lists
+    run side by side: each GPU's state file is its own)."""
+    tp = world_size(flags)
     visible = [int(g) for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip().isdigit()]
     base = int(flags.get("base_gpu_id") or 0)
     return [visible[base + r] if base + r < len(visible) else 10_000 + r for r in range(tp)] if visible \

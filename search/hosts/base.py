@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from search.layout import gpus_needed
+
 if TYPE_CHECKING:
     from search.profile import LaunchProfile
 
@@ -63,6 +65,12 @@ class Host(Protocol):
     name: str
 
     @property
+    def gpus(self) -> list[int] | None:
+        """The GPUs this host offers trials (``hosts.yaml`` ``gpus``, ``--gpus``); None: each trial takes the
+        whole host, one at a time. With a list, the runner places trials side by side on free GPUs of it."""
+        ...
+
+    @property
     def available(self) -> bool:
         """False once the host is lost (an SSH host whose reconnects failed): runners skip it."""
         ...
@@ -84,7 +92,7 @@ class Host(Protocol):
         ...
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
-        """The GPUs ``profile`` uses on this host (its CUDA_VISIBLE_DEVICES, else 0..tp-1)."""
+        """The GPUs ``profile`` uses on this host (its CUDA_VISIBLE_DEVICES, else the first its layout takes)."""
         ...
 
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
@@ -92,17 +100,9 @@ class Host(Protocol):
         ...
 
 
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
-
-
 def server_gpus(args: list[str], env: Mapping[str, str]) -> list[int]:
-    """The GPUs a server uses: ``CUDA_VISIBLE_DEVICES``, else 0..tp-1 (as SGLang and the emulator)."""
+    """The GPUs a server uses: ``CUDA_VISIBLE_DEVICES``, else the first its layout takes (as SGLang and the emulator)."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible:
         return [int(part) for part in visible.split(",") if part.strip().isdigit()]
-    tp = 1
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name in _TP_FLAGS:
-            tp = int(value if eq else args[i + 1])
-    return list(range(tp))
+    return list(range(gpus_needed(args)))

@@ -47,7 +47,7 @@ class HostConfig(BaseModel):
     known_hosts: Path = Path("~/.ssh/known_hosts")
     python: str = "python3"
     work_dir: str = "search-work"  # relative paths are under the remote user's home
-    gpus: list[int] | None = None  # None: whatever the profile asks for (CUDA_VISIBLE_DEVICES or 0..tp-1)
+    gpus: list[int] | None = None  # shared out among trials side by side; None: one trial at a time on what it asks for
     server_port: int | None = Field(None, ge=1, le=65535)  # None: the space's launch.port
     nvidia_smi: Command | None = ["nvidia-smi"]  # None: no GPU checks and no telemetry there
     env: dict[str, str] = {}

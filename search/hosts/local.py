@@ -236,10 +236,11 @@ class LocalHost:
 
     available = True  # this machine does not go away between trials
 
-    def __init__(self, *, name: str = "local") -> None:
+    def __init__(self, *, name: str = "local", gpus: list[int] | None = None) -> None:
         if not name:
             raise ValueError("a host needs a name: it is recorded with every trial it runs")
         self.name = name
+        self.gpus = gpus  # None: one trial at a time takes what its profile asks for
 
     def argv(self, profile: LaunchProfile) -> list[str]:
         """The command that starts ``profile`` here."""
@@ -307,7 +308,7 @@ class LocalHost:
         return len(pids)
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
-        """The GPUs ``profile`` uses here: CUDA_VISIBLE_DEVICES of its environment, else 0..tp-1."""
+        """The GPUs ``profile`` uses here: CUDA_VISIBLE_DEVICES of its environment, else the first its layout takes."""
         return server_gpus(profile.args, self._environment(profile))
 
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:

@@ -11,7 +11,6 @@ marked unavailable, and a trial whose remote state is gone is an InfrastructureF
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import select
@@ -323,17 +322,15 @@ class SSHHost:
 
     # ------------------------------------------------------------------ Host protocol
 
+    @property
+    def gpus(self) -> list[int] | None:
+        """The hosts file's ``gpus``: trials are placed side by side on them."""
+        return self.config.gpus
+
     def adapt(self, profile: LaunchProfile) -> LaunchProfile:
         """``profile`` listening on the hosts file's ``server_port`` when it sets one."""
         port = self.config.server_port
-        if port is None or port == profile.port:
-            return profile
-        args = list(profile.args)
-        if "--port" in args:
-            args[args.index("--port") + 1] = str(port)
-        else:
-            args += ["--port", str(port)]
-        return dataclasses.replace(profile, args=args, port=port)
+        return profile if port is None else profile.on_port(port)
 
     def gpu_samples(self, env: Mapping[str, str] | None = None) -> list[GpuSample] | None:
         """The configured ``nvidia_smi`` query (with a trial's ``env`` too); None only under ``nvidia_smi: null``.
@@ -355,7 +352,7 @@ class SSHHost:
         return gpu.parse(out)
 
     def trial_gpus(self, profile: LaunchProfile) -> list[int]:
-        """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or 0..tp-1."""
+        """The GPUs ``profile`` uses here: the host's ``gpus``, else CUDA_VISIBLE_DEVICES or the first its layout takes."""
         if self.config.gpus is not None and "CUDA_VISIBLE_DEVICES" not in profile.env:
             return list(self.config.gpus)
         return server_gpus(profile.args, {**self.config.env, **profile.env})

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from search.loadtest import LevelResult
-from search.parallel import RESOURCE, RayRunner, _AgentActor, connect
+from search.parallel import RESOURCE, RayRunner, _new_agent, connect
 from search.runner import Hooks
 from search.space import Space
 from tests.parallel.conftest import LocalCluster, drain, job, marker_processes
@@ -56,7 +56,7 @@ def test_a_failed_poll_is_polled_again_and_the_trial_finishes(runner: RayRunner,
 def test_a_level_without_a_verdict_ends_the_trial_as_an_infrastructure_fault(
         ray_cluster: LocalCluster, space: Space, tmp_path: Path) -> None:
     connect(ray_cluster.address)
-    agent = _AgentActor.remote()
+    agent = _new_agent({RESOURCE: 1})
     try:  # nobody polls or decides: the first level waits its bound (1 s) for a verdict
         result, files, unpolled = ray.get(agent.run.remote(job(space, tmp_path, STUDY, "1"), True, 1.0))
     finally:

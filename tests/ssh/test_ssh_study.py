@@ -248,3 +248,36 @@ def test_a_gpu_held_on_the_host_is_waited_for_then_the_trial_is_retried(
     assert "host loop is not clean after 2 s: GPU 1: 40000 MiB used" in held.user_attrs["failure"]["message"]
     assert held.user_attrs["phases"] == {}  # no server was started on a held GPU
     assert again.state == TrialState.COMPLETE and again.user_attrs["retry_of"] == held.number
+
+
+def test_a_host_with_a_gpus_list_runs_trials_side_by_side_over_ssh(sshd: Sshd, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    space, env = _space(tmp_path)
+    data = yaml.safe_load(space.read_text())
+    data["load_test"]["duration_s"] = 1.0
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    server_port = free_port()
+    host = SSHHost(sshd.host(name="loop", emulate=True, env=env, gpus=[0, 1], server_port=server_port,
+                             nvidia_smi=f"{sys.executable} -m search.emulator.nvidia_smi"))
+    running, most = set(), 0
+
+    def placed(number: int, name: str) -> None:
+        nonlocal most
+        running.add(number)
+        most = max(most, len(running))
+
+    try:
+        study = StudyRun(space=load_space(space), name="side", storage=STORAGE, host=host, seed=0, n_trials=2,
+                         remeasure=0, trials_dir=tmp_path / "trials",
+                         listener=Listener(placed=placed, trial_done=lambda t: running.discard(t.number))).run()
+    finally:
+        host.close()
+    started = [t for t in study.trials if (Path(t.user_attrs.get("artifacts", "-")) / "profile.json").exists()]
+    profiles = [json.loads((Path(t.user_attrs["artifacts"]) / "profile.json").read_text()) for t in started]
+    assert most == 2, "both GPUs busy at once, one trial each"
+    assert {p["env"]["CUDA_VISIBLE_DEVICES"] for p in profiles} == {"0", "1"}
+    assert {p["port"] for p in profiles} == {server_port, server_port + 1}
+    assert all(t.user_attrs["gpu"] for t in started), "each trial's telemetry from its own GPU"
+    state = Path(env["SEARCH_EMULATOR_STATE_DIR"])
+    assert not [i for i in range(2) if gpu_state.is_held(state, i)]

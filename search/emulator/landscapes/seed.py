@@ -65,6 +65,41 @@ def _tp(flags: dict[str, Any]) -> int:
     return int(flags.get("tp_size") or flags.get("tensor_parallel_size") or 1)  # dest differs by version
 
 
+def _pp(flags: dict[str, Any]) -> int:
+    return int(flags.get("pp_size") or flags.get("pipeline_parallel_size") or 1)
+
+
+def _attention_dp(flags: dict[str, Any]) -> int:
+    """The attention-DP width: --attn-dp-size (0.5.23), else --dp-size with --enable-dp-attention."""
+    if int(flags.get("attn_dp_size") or 1) > 1:
+        return int(flags["attn_dp_size"])
+    return int(flags.get("dp_size") or flags.get("data_parallel_size") or 1) if flags.get("enable_dp_attention") else 1
+
+
+def _replicas(flags: dict[str, Any]) -> int:
+    """Data-parallel replicas (without attention DP each is a whole tp x pp server)."""
+    return 1 if _attention_dp(flags) > 1 else int(flags.get("dp_size") or flags.get("data_parallel_size") or 1)
+
+
+def _layout_factor(flags: dict[str, Any], running: int) -> float:
+    """What the parallel layout does to one replica's rate (seed.md, "Parallel layout": assumed, not measured).
+
+    Attention DP shards the MLA KV cache and attention by request instead of by head: it pays at
+    large batches (+6% per doubling of its width at >= 256 running) and costs at small ones (-4%
+    per doubling below: the MoE all-to-all without enough tokens to hide it). Expert parallelism
+    equal to tp helps the MoE a little at large batches (+3%). Each doubling of pipeline stages
+    costs 10% (bubbles at decode).
+    """
+    factor = 1.0
+    width = _attention_dp(flags)
+    if width > 1:
+        factor *= (1 + 0.06 * math.log2(width)) if running >= 256 else (1 - 0.04 * math.log2(width))
+    ep = int(flags.get("ep_size") or flags.get("expert_parallel_size") or 1)
+    if ep > 1 and ep == _tp(flags) and running >= 256:
+        factor *= 1.03
+    return factor * 0.9 ** math.log2(_pp(flags))
+
+
 def _graph_max_bs(flags: dict[str, Any]) -> int:
     return cuda_graphs.decode_max_bs(flags) or 256
 
@@ -82,7 +117,7 @@ def _graph_gib(flags: dict[str, Any], env: dict[str, str]) -> float:
 
 def startup(flags: dict[str, Any], env: dict[str, str]) -> dict | None:
     tp, mem, moe = _tp(flags), _mem_fraction(flags), flags.get("moe_runner_backend")
-    weights = _WEIGHTS_GIB_TOTAL / tp
+    weights = _WEIGHTS_GIB_TOTAL / (tp * _pp(flags))  # each replica holds the whole model over tp x pp
     if weights > _GPU_GIB * 0.95:
         return {"phase": "loading", "error": (
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total "
@@ -135,7 +170,12 @@ def _nccl_channels(env: dict[str, str]) -> float:
 
 
 def throughput(flags: dict[str, Any], env: dict[str, str], running: int) -> float:
-    rate = _tuned(running) * _MOE_FACTOR.get(flags.get("moe_runner_backend"), 0.85)
+    replicas = _replicas(flags)  # the requests spread evenly over the replicas
+    return replicas * _replica_rate(flags, env, max(1, running // replicas))
+
+
+def _replica_rate(flags: dict[str, Any], env: dict[str, str], running: int) -> float:
+    rate = _tuned(running) * _layout_factor(flags, running) * _MOE_FACTOR.get(flags.get("moe_runner_backend"), 0.85)
     if not autotunes(flags):
         rate *= _NO_AUTOTUNE
     if not graphs_off(flags):
@@ -143,7 +183,8 @@ def throughput(flags: dict[str, Any], env: dict[str, str], running: int) -> floa
     if flags.get("enable_torch_compile") and not graphs_off(flags):
         rate *= 1.03
     rate *= _nccl_channels(env)
-    return rate * (_tp(flags) / 8) ** 0.5 if _tp(flags) < 8 else rate  # fewer GPUs, less bandwidth
+    gpus = _tp(flags) * _pp(flags)
+    return rate * (gpus / 8) ** 0.5 if gpus < 8 else rate  # fewer GPUs, less bandwidth
 
 
 def phase_seconds(flags: dict[str, Any], env: dict[str, str]) -> dict[str, float]:
@@ -156,7 +197,7 @@ def phase_seconds(flags: dict[str, Any], env: dict[str, str]) -> dict[str, float
 
 def max_running_requests(flags: dict[str, Any], env: dict[str, str]) -> int:
     """SGLang's auto cap follows the KV pool: ~64 KiB per token per GPU, 256 tokens per request."""
-    kv_gib = _mem_fraction(flags) * _GPU_GIB - _WEIGHTS_GIB_TOTAL / _tp(flags) - (0 if graphs_off(flags) else 3.0)
+    kv_gib = _mem_fraction(flags) * _GPU_GIB - _WEIGHTS_GIB_TOTAL / (_tp(flags) * _pp(flags)) - (0 if graphs_off(flags) else 3.0)
     tokens = int(max(kv_gib, 0.5) * 1024 * 16)
     return max(1, min(2048, tokens // 256))
 
