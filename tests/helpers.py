@@ -125,3 +125,18 @@ def write_space(root: Path, *, time_scale: str = "0.004", landscape: str = TOY_L
     path = root / "space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
+
+
+class AtOnce:
+    """Counts the most trials a study ran at once, from its listener's placed / trial_done calls."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()
+        self.most = 0
+
+    def placed(self, number: int, host: str) -> None:
+        self.running.add(number)
+        self.most = max(self.most, len(self.running))
+
+    def done(self, trial: Any) -> None:
+        self.running.discard(trial.number)

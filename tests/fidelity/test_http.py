@@ -32,16 +32,22 @@ def _msgspec(raw: str) -> None:
     assert msgspec.json.encode(chunk).decode() == raw
 
 
-@pytest.mark.parametrize("continuous", [False, True])
-def test_stream_chunks_are_the_real_models(start, small_landscape, continuous: bool) -> None:  # noqa: F811
-    server = start(["--model-path", "m"], **small_landscape)
-    server.wait_ready()
-    options = {"include_usage": True, "continuous_usage_stats": continuous}
+def _stream_both(server: Any, options: dict[str, bool]) -> tuple[str, str]:
+    """The raw event streams of one 4-token completion and one 4-token chat with ``options``."""
     with client(server) as c:
         body = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": True, "ignore_eos": True,
                                                "stream_options": options}).text
         chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                                                     "stream": True, "ignore_eos": True, "stream_options": options}).text
+    return body, chat
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_stream_chunks_are_the_real_models(start, small_landscape, continuous: bool) -> None:  # noqa: F811
+    server = start(["--model-path", "m"], **small_landscape)
+    server.wait_ready()
+    options = {"include_usage": True, "continuous_usage_stats": continuous}
+    body, chat = _stream_both(server, options)
     *texts, usage = _events(body)
     for raw in texts:
         _pydantic(real.CompletionStreamResponse, raw)
@@ -138,11 +144,7 @@ def test_older_versions_stream_their_own_chunks(start, small_landscape, version:
     server = start(["--model-path", "m"], SEARCH_EMULATOR_SGLANG_VERSION=version, **small_landscape)
     server.wait_ready()
     options = {"include_usage": True, "continuous_usage_stats": True}
-    with client(server) as c:
-        body = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4, "stream": True, "ignore_eos": True,
-                                               "stream_options": options}).text
-        chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-                                                    "stream": True, "ignore_eos": True, "stream_options": options}).text
+    body, chat = _stream_both(server, options)
     *texts, usage = _events(body)
     *chunks, chat_usage = _events(chat)
     cases = [("CompletionStreamResponse", raw, {}) for raw in texts]

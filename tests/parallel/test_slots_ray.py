@@ -44,18 +44,13 @@ def _space(root: Path, tp: int) -> Space:
 def test_a_slot_node_runs_trials_side_by_side_on_disjoint_gpus(slot_cluster: str, tmp_path: Path) -> None:
     space = _space(tmp_path, tp=2)
     runner = RayRunner(slot_cluster, emulate=True)
-    running, most = set(), 0
-
-    def placed(number: int, host: str) -> None:
-        nonlocal most
-        running.add(number)
-        most = max(most, len(running))
+    at_once = helpers.AtOnce()
 
     try:
         assert runner.slots and runner.free() == 4  # counted in 1-GPU trials until a job says its size
         study = StudyRun(space=space, name="rs", storage=f"sqlite:///{tmp_path / 'studies.db'}", seed=0,
                          n_trials=3, remeasure=0, trials_dir=tmp_path / "trials", runner=runner,
-                         listener=Listener(placed=placed, trial_done=lambda t: running.discard(t.number))).run()
+                         listener=Listener(placed=at_once.placed, trial_done=at_once.done)).run()
         assert runner.free() == 2
         big = space.model_copy(update={"launch": space.launch.model_copy(update={"tp": 8})})
         runner.start(Job(big, dict(space.baseline or {}), "search-rs-big", tmp_path / "big"), Hooks())
@@ -66,7 +61,7 @@ def test_a_slot_node_runs_trials_side_by_side_on_disjoint_gpus(slot_cluster: str
     assert too_big.outcome == Outcome.CRASHED and "the largest host offers 4" in too_big.failure.message
     started = [t for t in study.trials if "artifacts" in t.user_attrs]
     assert len([t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]) == 3
-    assert most == 2, "two tp-2 trials at once on the 4-GPU node"
+    assert at_once.most == 2, "two tp-2 trials at once on the 4-GPU node"
     visible = {json.loads((Path(t.user_attrs["artifacts"]) / "profile.json").read_text())["env"]["CUDA_VISIBLE_DEVICES"]
                for t in started}
     assert visible == {"0,1", "2,3"}

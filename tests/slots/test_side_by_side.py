@@ -24,7 +24,7 @@ from search.slots import GpuPool
 from search.space import Objective, Space, load_space
 from search.storage import Outcome
 from search.study import Listener, StudyRun
-from tests.helpers import ctrl_c_reaches, marker_pids, write_space
+from tests.helpers import AtOnce, ctrl_c_reaches, marker_pids, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -64,16 +64,11 @@ def test_trials_run_side_by_side_on_disjoint_gpus_and_ports(workdir: Path) -> No
     space = load_space(_space(workdir, tp=2, host_gpus=4, time_scale="0.002"))
     space = space.model_copy(update={"objective": Objective(metric="output_throughput_per_gpu"),
                                      "targets": {4: 150 / 2}})  # the target is per GPU too
-    running, most = set(), 0
+    at_once = AtOnce()
 
-    def placed(number: int, host: str) -> None:
-        nonlocal most
-        running.add(number)
-        most = max(most, len(running))
-
-    study = _run(space, [0, 1, 2, 3], 2, Listener(placed=placed, trial_done=lambda t: running.discard(t.number)))
+    study = _run(space, [0, 1, 2, 3], 2, Listener(placed=at_once.placed, trial_done=at_once.done))
     measured = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(measured) == 2 and most == 2
+    assert len(measured) == 2 and at_once.most == 2
     started = [t for t in study.trials if "artifacts" in t.user_attrs]  # a known crash is told without running
     assert {_visible(t) for t in started} == {"0,1", "2,3"}
     assert {_port(t) for t in started} == {space.launch.port, space.launch.port + 2}

@@ -30,7 +30,7 @@ from search.loadtest import LevelResult
 from search.logwatch import Event
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import free_port, marker_pids, write_space
+from tests.helpers import AtOnce, free_port, marker_pids, write_space
 
 if TYPE_CHECKING:
     from conftest import Sshd
@@ -260,22 +260,17 @@ def test_a_host_with_a_gpus_list_runs_trials_side_by_side_over_ssh(sshd: Sshd, t
     server_port = free_port()
     host = SSHHost(sshd.host(name="loop", emulate=True, env=env, gpus=[0, 1], server_port=server_port,
                              nvidia_smi=f"{sys.executable} -m search.emulator.nvidia_smi"))
-    running, most = set(), 0
-
-    def placed(number: int, name: str) -> None:
-        nonlocal most
-        running.add(number)
-        most = max(most, len(running))
+    at_once = AtOnce()
 
     try:
         study = StudyRun(space=load_space(space), name="side", storage=STORAGE, host=host, seed=0, n_trials=2,
                          remeasure=0, trials_dir=tmp_path / "trials",
-                         listener=Listener(placed=placed, trial_done=lambda t: running.discard(t.number))).run()
+                         listener=Listener(placed=at_once.placed, trial_done=at_once.done)).run()
     finally:
         host.close()
     started = [t for t in study.trials if (Path(t.user_attrs.get("artifacts", "-")) / "profile.json").exists()]
     profiles = [json.loads((Path(t.user_attrs["artifacts"]) / "profile.json").read_text()) for t in started]
-    assert most == 2, "both GPUs busy at once, one trial each"
+    assert at_once.most == 2, "both GPUs busy at once, one trial each"
     assert {p["env"]["CUDA_VISIBLE_DEVICES"] for p in profiles} == {"0", "1"}
     assert {p["port"] for p in profiles} == {server_port, server_port + 1}
     assert all(t.user_attrs["gpu"] for t in started), "each trial's telemetry from its own GPU"
