@@ -1,8 +1,8 @@
 """Suite-wide collection order: the slowest areas first.
 
-`scripts/test.sh` runs the suite on two workers with pytest-xdist's ``--dist loadfile``, which
+`scripts/test.sh` runs the suite on three workers with pytest-xdist's ``--dist loadfile``, which
 hands out whole files in collection order; a long file collected last runs alone at the end while
-the other worker idles. Starting with the areas that run whole studies and clusters (longest
+the others idle. Starting with the areas that run whole studies and clusters (longest
 first, as measured by ``--durations``) leaves the quick files to fill the gaps at the end.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-SLOW_FIRST = ("tests/ssh/", "tests/parallel/", "tests/report/", "tests/study/", "tests/trial/", "tests/strategy/")
+SLOW_FIRST = ("tests/ssh/", "tests/parallel/", "tests/report/", "tests/study/", "tests/slots/", "tests/trial/",
+              "tests/loadtest/", "tests/strategy/")
 
 
 def _rank(item: pytest.Item) -> int:
