@@ -25,6 +25,22 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     if hasattr(signal, name))
 
 
+_STORAGE_MODULES = ("sqlalchemy", "sqlite3", "optuna.storages", "psycopg")
+_REDELIVER_S = 0.05
+
+
+def _in_storage(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside a storage call (Optuna's RDB storage, SQLAlchemy, the
+    driver). A KeyboardInterrupt raised there can break the session mid-commit, and the teardown's
+    own writes then fail with StorageInternalError; so the signal is delivered again a moment later,
+    once the call has returned."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_STORAGE_MODULES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _detach_terminal() -> None:
     """After a hang-up the terminal is gone and writing to it fails (EIO): send that output nowhere,
     so that the teardown's messages cannot interrupt the teardown."""
@@ -51,9 +67,13 @@ def stop_signals_as_interrupt() -> Iterator[None]:
         nonlocal stopping
         if signum == getattr(signal, "SIGHUP", None):
             _detach_terminal()
-        if not stopping:
-            stopping = True
-            raise KeyboardInterrupt
+        if stopping:
+            return
+        if _in_storage(frame):  # raised inside a commit, it leaves the storage unusable for the teardown
+            threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+            return
+        stopping = True
+        raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:

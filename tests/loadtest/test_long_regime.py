@@ -105,6 +105,7 @@ def test_the_emulator_at_the_seed_shape_reads_its_flat_rate(tmp_path: Path) -> N
     assert lv.mean_tpot_ms == pytest.approx(1000 * STREAMS / 3000.0, rel=0.03)
 
 
+@pytest.mark.timing  # a rate against the model: skewed by busy neighbours
 def test_a_cohort_that_turns_over_inside_the_level_is_measured_over_a_whole_cycle() -> None:
     """Requests shorter than the level, all started at once: 4 s of decoding after a 2 s TTFT.
     Bins from the cohort's first decoding agree closely (its 4 s hold the 10 bins the early end

@@ -177,6 +177,7 @@ def test_open_loop_replays_a_schedule_of_send_times(tmp_path: Path) -> None:
         LadderSpec(request_rates=(1.0,), schedule=(0.5, 0.1))
 
 
+@pytest.mark.timing  # a rate against the model: skewed by busy neighbours
 def test_goodput_counts_the_requests_that_meet_every_slo(tmp_path: Path) -> None:
     """The k-th arrival's TTFT is 50 + 50k ms: with a 525 ms TTFT SLO exactly 10 of 40 meet it."""
     with clock_server("--per-stream-rate", "200", "--ttft", "0.05", "--ttft-step", "0.05") as url:

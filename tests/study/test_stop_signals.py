@@ -1,0 +1,41 @@
+"""A stop signal that lands inside a storage call is raised once the call has returned: a
+KeyboardInterrupt in the middle of a commit left the storage unusable for the teardown's writes
+(a hang-up then ended the driver with StorageInternalError, exit 1, instead of 130)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from search.stop_signals import stop_signals_as_interrupt
+
+# Code that runs as if it were SQLAlchemy's: the signal arrives while it works.
+_COMMIT = """
+def commit(signum):
+    os.kill(os.getpid(), signum)
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:  # a commit in progress: the interrupt must not land here
+        pass
+    return "committed"
+"""
+
+
+def test_a_stop_signal_inside_a_storage_call_waits_for_it_to_return() -> None:
+    scope = {"__name__": "sqlalchemy.engine.fake", "os": os, "time": time}
+    exec(compile(_COMMIT, "<sqlalchemy>", "exec"), scope)  # noqa: S102 - a frame of another module, on purpose
+    done: list[str] = []
+    with pytest.raises(KeyboardInterrupt), stop_signals_as_interrupt():
+        done.append(scope["commit"](signal.SIGUSR1))
+        time.sleep(5)  # the re-delivered signal ends this wait
+    assert done == ["committed"]
+
+
+def test_a_stop_signal_elsewhere_interrupts_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), stop_signals_as_interrupt():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(5)
+    assert time.monotonic() - started < 4
