@@ -42,6 +42,11 @@ def json_path(state_dir: Path, gpu: int) -> Path:
 _CLAIM_RETRY_S = 0.2  # a probe holds its shared lock for microseconds; a holder for the process's life
 
 
+def _open_lock(state_dir: Path, gpu: int) -> int:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
+
+
 def try_lock(state_dir: Path, gpu: int) -> int | None:
     """Open and flock the GPU's lock file exclusively; the fd (kept for the process's life) or None if held.
 
@@ -49,8 +54,7 @@ def try_lock(state_dir: Path, gpu: int) -> int | None:
     starting server) rather than an owner, and a rank that lost its claim to a probe would run
     unseen by every later check.
     """
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(state_dir, gpu)
     deadline = time.monotonic() + _CLAIM_RETRY_S
     while True:
         try:
@@ -66,8 +70,7 @@ def try_lock(state_dir: Path, gpu: int) -> int | None:
 def is_held(state_dir: Path, gpu: int) -> bool:
     """Whether a process owns the GPU. The probe takes a shared lock, so probes never look like
     owners to each other (an exclusive probe made two nvidia-smi calls at once see a phantom owner)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(state_dir, gpu), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(state_dir, gpu)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
