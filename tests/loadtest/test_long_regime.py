@@ -31,6 +31,7 @@ def _level(url: str, **kw: object) -> LevelResult:
     return result.levels[0]
 
 
+@pytest.mark.timing  # a rate against the model: read 4-5% low beside busy neighbours on three workers
 @pytest.mark.parametrize(("api", "chunk_tokens", "workers", "lockstep"), [
     ("completions", 1, 1, False),
     ("completions", 4, 1, True),   # multi-token chunks of a decode batch streaming in step
