@@ -139,6 +139,7 @@ class SSHHost:
         self._sftp: paramiko.SFTPClient | None = None
         self._work_dir: str | None = None
         self._lock = threading.RLock()
+        self._sftp_lock = threading.Lock()  # see with_sftp
         self._unstopped: set[str] = set()  # markers whose stop broke off (host lost): swept before the next trial
 
     # ------------------------------------------------------------------ connection
@@ -244,7 +245,21 @@ class SSHHost:
             client = self._connected()
             if self._sftp is None:
                 self._sftp = client.open_sftp()
+                # A reply that never comes (the connection half-dead) raises here instead of blocking forever.
+                self._sftp.get_channel().settimeout(_COMMAND_TIMEOUT_S)
             return self._sftp
+
+    def with_sftp(self, action: Callable[[paramiko.SFTPClient], T]) -> T:
+        """``action(sftp)`` on the connection's SFTP session, one thread at a time, retried after a drop.
+
+        paramiko's SFTPClient takes whichever reply arrives next and drops one it did not ask for:
+        two trials' log reads on one host took each other's replies, and one waited forever
+        (a side-by-side study over SSH hung until pytest's timeout).
+        """
+        def locked() -> T:
+            with self._sftp_lock:
+                return action(self.sftp())
+        return self._retrying(locked)
 
     # ------------------------------------------------------------------ commands
 
@@ -442,7 +457,7 @@ class SSHHost:
         A connection dropped mid-copy reconnects and copies everything again (each file is
         rewritten whole), so a trial's results survive a blip during teardown.
         """
-        return self._retrying(lambda: _copy_tree(self.sftp(), remote_dir, local_dir, skip))
+        return self.with_sftp(lambda sftp: _copy_tree(sftp, remote_dir, local_dir, skip))
 
 
 def _copy_tree(sftp: paramiko.SFTPClient, remote_dir: str, local_dir: Path, skip: Sequence[str] = ()) -> list[Path]:
@@ -493,8 +508,7 @@ class SSHServer:
         """Append what the remote log gained since the offset; the complete lines of it."""
         remote = f"{self.run_dir}/server.log"
 
-        def read() -> bytes:
-            sftp = self.host.sftp()
+        def read(sftp: paramiko.SFTPClient) -> bytes:
             try:
                 size = sftp.stat(remote).st_size or 0
             except FileNotFoundError:
@@ -509,7 +523,7 @@ class SSHServer:
                 f.seek(self._offset)
                 return f.read(size - self._offset)
 
-        data = self.host._retrying(read)
+        data = self.host.with_sftp(read)
         if not data:
             return []
         self._offset += len(data)

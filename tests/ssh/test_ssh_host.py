@@ -344,3 +344,35 @@ def test_a_copy_that_ends_early_is_copied_again(live_sshd: Sshd, tmp_path: Path,
         host.close()
     assert len(calls) == 2
     assert (tmp_path / "copy" / "results.bin").read_bytes() == (tmp_path / "remote" / "results.bin").read_bytes()
+
+
+def test_sftp_reads_from_several_threads_each_get_their_own_reply(sshd: Sshd, tmp_path: Path) -> None:
+    # Two trials side by side on one host read their logs over the one SFTP session at once.
+    # Unserialized, paramiko handed one thread's reply to the other and the first waited forever.
+    host = SSHHost(sshd.host())
+    log = tmp_path / "server.log"
+    log.write_bytes(b"line\n" * 1000)
+    errors: list[str] = []
+
+    def read(sftp: paramiko.SFTPClient) -> bytes:
+        size = sftp.stat(str(log)).st_size or 0
+        with sftp.open(str(log), "rb") as f:
+            f.seek(size - 5)
+            return f.read(5)
+
+    def trial() -> None:
+        try:
+            for _ in range(100):
+                assert host.with_sftp(read) == b"line\n"
+        except Exception as exc:  # reported by the main thread
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=trial, daemon=True) for _ in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not [t for t in threads if t.is_alive()] and not errors
+    finally:
+        host.close()
