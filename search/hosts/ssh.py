@@ -245,8 +245,9 @@ class SSHHost:
             client = self._connected()
             if self._sftp is None:
                 self._sftp = client.open_sftp()
-                # A reply that never comes (the connection half-dead) raises here instead of blocking forever.
-                self._sftp.get_channel().settimeout(_COMMAND_TIMEOUT_S)
+                channel = self._sftp.get_channel()
+                if channel is not None:  # a reply that never comes then raises instead of blocking forever
+                    channel.settimeout(_COMMAND_TIMEOUT_S)
             return self._sftp
 
     def with_sftp(self, action: Callable[[paramiko.SFTPClient], T]) -> T:
