@@ -31,6 +31,7 @@ from plotly.subplots import make_subplots
 
 from search import results
 from search.errors import BadInput
+from search.loadtest.metrics import level_at
 from search.logwatch import PHASES
 from search.output import write_output
 from search.space import Space
@@ -228,21 +229,30 @@ def history(study: optuna.Study, palette: Palette) -> Section:
                    "no trial has finished yet")
 
 
+def _level_axis(fig: go.Figure, space: Space, shown: Sequence[float]) -> None:
+    """A log x axis of ladder levels (rates or concurrencies, as the space's load test runs them),
+    ticked at each level the space names or a trial measured (max_rate_under_slo refines rates)."""
+    ticks = sorted({*space.load_test.levels, *shown})
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{x:g}" for x in ticks], title=space.load_test.axis)
+
+
 def ladder(study: optuna.Study, space: Space, palette: Palette) -> Section:
-    """Throughput and p99 latency per concurrency level: the baseline against the top configs."""
+    """Throughput and p99 latency per ladder level (concurrency or request rate): the baseline against the top configs."""
     shown = _shown(study, palette)
+    title = f"Throughput against {space.load_test.level_name}"
     if not shown:
-        return Section("ladder", "Throughput against concurrency", "", None, "no trial has measured a level yet")
+        return Section("ladder", title, "", None, "no trial has measured a level yet")
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07,
                         subplot_titles=("output throughput", "p99 time to first token", "p99 inter-token latency"))
     for t in shown:
         levels = t.levels
-        x = [lv["max_concurrency"] for lv in levels]
+        x = [level_at(lv) for lv in levels]
         for col, key in enumerate(("output_throughput", "p99_ttft_ms", "p99_itl_ms"), start=1):
             fig.add_trace(go.Scatter(
                 x=x, y=[lv.get(key) for lv in levels], mode="lines+markers", name=palette.label(t),
                 legendgroup=str(t.number), showlegend=col == 1, line={"color": palette.colour(t), "width": 2.5},
-                marker={"size": 8}, hovertemplate=f"{palette.label(t)}<br>concurrency %{{x}}<br>%{{y:,.1f}}<extra></extra>"),
+                marker={"size": 8}, customdata=[space.load_test.level_text(v) for v in x],
+                hovertemplate=f"{palette.label(t)}<br>%{{customdata}}<br>%{{y:,.1f}}<extra></extra>"),
                 row=1, col=col)
     if space.targets:
         fig.add_trace(go.Scatter(x=list(space.targets), y=list(space.targets.values()), mode="markers", name="target",
@@ -251,12 +261,11 @@ def ladder(study: optuna.Study, space: Space, palette: Palette) -> Section:
                                  hovertemplate="target at %{x}: %{y:,.0f} tok/s<extra></extra>"), row=1, col=1)
     _slo_line(fig, space.slos.p99_ttft_ms, "SLO", row=1, col=2)
     _slo_line(fig, space.slos.p99_itl_ms, "SLO", row=1, col=3)
-    ticks = list(space.load_test.concurrency)
-    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(c) for c in ticks], title="concurrency (requests)")
+    _level_axis(fig, space, [level_at(lv) for t in shown for lv in t.levels])
     fig.update_yaxes(title="tok/s", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title="ms", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title="ms", rangemode="tozero", row=1, col=3)
-    return Section("ladder", "Throughput against concurrency",
+    return Section("ladder", title,
                    "The baseline and the top configs at every level of the ladder; dashed lines are the SLOs, "
                    "bars the throughput targets.", _above(_style(fig, 420)))
 
@@ -279,7 +288,7 @@ def latency(study: optuna.Study, space: Space, palette: Palette) -> Section:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08,
                         subplot_titles=("p99 time to first token", "p99 inter-token latency"))
     for col, key in enumerate(("p99_ttft_ms", "p99_itl_ms"), start=1):
-        points = [(lv["output_throughput"], lv[key], f"{palette.label(t)} at {lv['max_concurrency']}")
+        points = [(lv["output_throughput"], lv[key], f"{palette.label(t)} at {space.load_test.level_text(level_at(lv))}")
                   for t in trials for lv in t.levels
                   if lv.get(key) is not None and lv.get("output_throughput")]
         fig.add_trace(go.Scatter(
@@ -444,7 +453,7 @@ def startup(study: optuna.Study, palette: Palette) -> Section:
                    _style(fig, 120 + 22 * len(trials)))
 
 
-def power(study: optuna.Study, palette: Palette) -> Section:
+def power(study: optuna.Study, space: Space, palette: Palette) -> Section:
     """Mean power per GPU at each level against the board limit, where the host reported it."""
     readings = {t.number: [g for g in t.gpu if g.get("power_w") is not None]
                 for t in _finished(study)}
@@ -461,11 +470,10 @@ def power(study: optuna.Study, palette: Palette) -> Section:
             name=palette.label(t), showlegend=mine, line={"color": palette.colour(t) if mine else "#cbd5e1",
                                                           "width": 2.5 if mine else 1},
             customdata=[g.get("utilization_pct") for g in samples],
-            hovertemplate=f"{palette.label(t)}<br>concurrency %{{x}}: %{{y:,.0f}} W, %{{customdata:.0f}}% busy<extra></extra>"))
+            hovertemplate=f"{palette.label(t)}<br>at %{{x}}: %{{y:,.0f}} W, %{{customdata:.0f}}% busy<extra></extra>"))
     limit = max((g.get("power_limit_w") or 0.0 for t in trials for g in readings[t.number]), default=0.0)
     _slo_line(fig, limit, f"power limit {limit:,.0f} W")
-    ticks = sorted({g["concurrency"] for t in trials for g in readings[t.number]})
-    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(c) for c in ticks], title="concurrency (requests)")
+    _level_axis(fig, space, [g["concurrency"] for t in trials for g in readings[t.number]])
     fig.update_yaxes(title="power per GPU (W)", rangemode="tozero")
     return Section("power", "GPU power against its limit",
                    "Mean board power per GPU of the server over each level, against the board limit; grey lines are "
@@ -532,8 +540,7 @@ def _headline(study: optuna.Study, storage: str) -> str:
     <div><h2>Trial #{best.number} beats the baseline #{base.number}</h2>
       <p class="lead"><b>{objective.format(gain['best_tok_s'])}</b> {html.escape(objective.name)} against
       {objective.format(gain['baseline_tok_s'])}
-      {(f'(peak at {at:g} req/s sent)' if space.load_test.request_rates else f'(peak at concurrency {at:g})')
-       if at and space.objective.metric != "max_rate_under_slo" else ''}</p>
+      {f'(peak at {space.load_test.level_text(at)})' if at and space.objective.metric != "max_rate_under_slo" else ''}</p>
       <p class="muted">{html.escape(spread)}</p></div>
   </div>
   <div class="split">
@@ -602,7 +609,7 @@ def sections(study: optuna.Study, space: Space) -> list[Section]:
     palette = _palette(study)
     return [history(study, palette), ladder(study, space, palette), latency(study, space, palette),
             importance(study), parallel(study, space), outcomes(study, space), startup(study, palette),
-            power(study, palette), gpu_time(study)]
+            power(study, space, palette), gpu_time(study)]
 
 
 def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
@@ -614,7 +621,7 @@ def render(study: optuna.Study, storage: str = DEFAULT_STORAGE) -> str:
     started = min((t.datetime_start for t in study.get_trials(deepcopy=False) if t.datetime_start), default=None)
     subtitle = " · ".join(x for x in (
         space.launch.model, f"tp {space.launch.tp}" if space.launch.tp else "tp searched", f"SGLang {space.sglang_version}",
-        f"ladder {', '.join(str(c) for c in space.load_test.concurrency)}",
+        f"{space.load_test.level_name} {', '.join(f'{x:g}' for x in space.load_test.levels)}",
         f"started {started:%Y-%m-%d %H:%M}" if started else "") if x)
     page = Template((resources.files("search") / "report" / "page.html").read_text(encoding="utf-8"))
     return page.substitute(

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search.errors import BadInput
+from search.loadtest.metrics import level_at
 from search.ranking import Ranking
 from search.space import Space
 from search.storage import Constraint, Outcome, Plan, StudyAttr, TrialView, baseline, space_of, view, views
@@ -89,9 +90,9 @@ def startup_text(phases: dict[str, dict[str, float]]) -> str:
                     for name, span in phases.items() if name != "ready")
 
 
-def _level_at(t: TrialView, where: float | None) -> dict[str, Any] | None:
+def _level_record(t: TrialView, where: float | None) -> dict[str, Any] | None:
     levels = t.levels
-    match = [lv for lv in levels if _where(lv) == where]
+    match = [lv for lv in levels if level_at(lv) == where]
     return match[0] if match else (levels[-1] if levels else None)
 
 
@@ -113,23 +114,16 @@ def gpu_text(g: dict[str, Any] | None) -> str:
     return f"{g['power_w']:.0f}{limit} W{busy}"
 
 
-def _where(level: dict[str, Any]) -> float:
-    """A level's place on the ladder: its request rate (open loop), else its concurrency."""
-    rate = level.get("request_rate")
-    return float(rate) if rate is not None else float(level["max_concurrency"])
-
-
 def ladder_columns(space: Space) -> list[tuple[str, float]]:
     """(column, level) of each ladder level: ``tok_s@256`` by concurrency, ``tok_s@4/s`` by request rate."""
-    if space.load_test.request_rates:
-        return [(f"tok_s@{r:g}/s", float(r)) for r in space.load_test.request_rates]
-    return [(f"tok_s@{c}", float(c)) for c in space.load_test.concurrency]
+    unit = "/s" if space.load_test.request_rates else ""
+    return [(f"tok_s@{x:g}{unit}", x) for x in space.load_test.levels]
 
 
 def row(t: TrialView, space: Space) -> dict[str, Any]:
     """One trial as a flat record (the table, the CSV and the JSON share it)."""
     peak_c = t.peak_concurrency
-    at = _level_at(t, peak_c)
+    at = _level_record(t, peak_c)
     values = t.measurements
     again = bool(t.remeasured) and bool(values)
     rec: dict[str, Any] = {
@@ -140,7 +134,7 @@ def row(t: TrialView, space: Space) -> dict[str, Any]:
         "at_concurrency": peak_c,
     }
     for name, where in ladder_columns(space):
-        rec[name] = next((lv["output_throughput"] for lv in t.levels if _where(lv) == where), None)
+        rec[name] = next((lv["output_throughput"] for lv in t.levels if level_at(lv) == where), None)
     top_gpu = _top_gpu(t)
     rec.update({
         "p99_ttft_ms": at["p99_ttft_ms"] if at else None,

@@ -231,6 +231,25 @@ class LoadTest(_Model):
             raise ValueError("request_rates levels run in one client process; drop workers")
         return self
 
+    @property
+    def levels(self) -> list[float]:
+        """Where each level sits on the ladder (`search.loadtest.metrics.level_at`): rates, else concurrencies."""
+        return [float(r) for r in self.request_rates] or [float(c) for c in self.concurrency]
+
+    @property
+    def level_name(self) -> str:
+        """What the levels are: ``request rate`` or ``concurrency``."""
+        return "request rate" if self.request_rates else "concurrency"
+
+    @property
+    def axis(self) -> str:
+        """The levels' name and unit, for a chart's axis."""
+        return f"{self.level_name} ({'req/s' if self.request_rates else 'requests'})"
+
+    def level_text(self, at: float) -> str:
+        """One level as people say it: ``4 req/s`` or ``concurrency 256``."""
+        return f"{at:g} req/s" if self.request_rates else f"concurrency {at:g}"
+
 
 class Workload(_Model):
     """The requests every level sends, as ``sglang.bench_serving``'s datasets (docs/loadtest.md).

@@ -44,7 +44,7 @@ class Attr(StrEnum):
     SLO_OK = "slo_ok"
     ANSWERS_DIFFER = "answers_differ"
     GPU_SECONDS = "gpu_seconds"  # wall time the trial held the GPUs
-    GPU = "gpu"  # per level: concurrency, power_w, power_limit_w, utilization_pct
+    GPU = "gpu"  # per level: concurrency (the level's `level_at`: its rate when open loop), power_w, power_limit_w, utilization_pct
     TEARDOWN = "teardown"  # the host was left dirty
     HOST = "host"
     ARTIFACTS = "artifacts"  # trials/<study>/<n>/

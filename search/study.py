@@ -307,8 +307,7 @@ class StudyRun:
             self.listener.level(number, result)
             # Reported (and pruned) on what the objective reads: tok/s (per GPU), goodput, or the
             # rate met; an open-loop level is named by its rate.
-            where = result.request_rate if result.request_rate is not None else result.max_concurrency
-            return self.strategy.on_level(self._live, trial, len(running.levels) - 1, where,
+            return self.strategy.on_level(self._live, trial, len(running.levels) - 1, result.at,
                                           level_score(self.space, result, per_gpu))
 
         def event(seen: Event) -> None:

@@ -184,7 +184,7 @@ def _measure(space: Space, host: Host, profile: LaunchProfile, watch: Watch, res
         gpus = gpus_needed(profile.args) if space.objective.per_gpu else 1
         best = max(passing, key=lambda level: level_score(space, level, gpus))
         result.objective = level_score(space, best, gpus)
-        result.peak_concurrency = best.request_rate if best.request_rate is not None else best.max_concurrency
+        result.peak_concurrency = best.at
     result.slo_ok = bool(passing)
     if ladder.aborted:
         _crashed(result, watch, ladder.aborted)
@@ -262,8 +262,7 @@ class _LevelTelemetry:
             except InfrastructureFault:  # telemetry explains a result; it never fails a trial
                 window = None
         if window is not None and window.power_w is not None:
-            where = level.request_rate if level.request_rate is not None else level.max_concurrency
-            self._records.append({"concurrency": where, **window.record()})
+            self._records.append({"concurrency": level.at, **window.record()})
 
     def wrap(self, on_level: OnLevel | None) -> OnLevel:
         """``on_level`` preceded by this level's GPU record."""

@@ -83,6 +83,17 @@ class LevelResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def at(self) -> float:
+        """The level's place on the ladder: its request rate (open loop), else its concurrency."""
+        return level_at({"request_rate": self.request_rate, "max_concurrency": self.max_concurrency})
+
+
+def level_at(level: Mapping[str, Any]) -> float:
+    """A level's place on the ladder, from its record (`LevelResult.to_dict`, as a trial stores it)."""
+    rate = level.get("request_rate")
+    return float(rate) if rate is not None else float(level["max_concurrency"])
+
 
 def meets_slos(level: LevelResult, slos: Mapping[str, float | None]) -> bool:
     """Every SLO given (``{LevelResult key: limit or None}``) holds at this level, without errors;
