@@ -316,6 +316,15 @@ def tokens_between(records: list[Record], a: float, b: float) -> float:
     return sum(count.received(r, b) - count.received(r, a) for r in records if r.chunks and r.send < b)
 
 
+def chunk_gap_s(records: list[Record]) -> float:
+    """The longest latest gap between two chunks of a running stream (0 before any has two).
+
+    A moment's tokens are known only once each stream's chunk after it has come
+    (`TokenCount.received` spreads a chunk over the gap before it): this is how long that takes.
+    """
+    return max((r.chunks[-1] - r.chunks[-2] for r in records if r.end is None and len(r.chunks) > 1), default=0.0)
+
+
 def request_cycle_s(records: list[Record], output_len: int) -> float | None:
     """The median time a request of the level takes from send to end (None before any decodes).
 
