@@ -90,6 +90,7 @@ from search.surrogate import fit
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
 # whose screen moved throughput beyond the noise margin (or crashed) get their other values swept.
 SCREEN_PASS = -1
+EDGE_PASS = -2  # `edge`'s bisections: not a sweep pass, so the sweep still takes the parameter
 
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
 _ADVICE: dict[str, str] = yaml.safe_load(
@@ -141,23 +142,33 @@ class History:
         those within the noise margin of the best, the one with the fewest changes from the baseline
         wins, so a change that only won by noise does not ride along (and block later moves). With
         nothing working yet, the baseline: the sweep then looks for the change that fixes its crash.
-        Capped trials (a cap below the ladder's top) are centres only while no other works: the
-        cap hides what other flags do to the running-batch curve (more KV memory moves its peak),
-        and each centre gets its own cap read off its ladder (`cap_read`).
+        Capped trials (a cap below the ladder's top) are centres only while no uncapped one comes
+        within ``uncapped_margin`` of them: the cap hides what other flags do to the running-batch
+        curve (more KV memory moves its peak), and each centre gets its own cap read off its ladder
+        (`cap_read`). But where the cap read finds a peak far above every uncapped run (a KV-cache
+        knee that no other flag moves), sweeping the other flags uncapped measures a config a
+        quarter slower than the best, and every move after it is judged there.
         """
-        started = [t for t in self.working if not capped(t)] or self.working
-        feasible = [t for t in started
-                    if t.state == TrialState.COMPLETE and meets_constraints(t) and t.value is not None]
-        scored = [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
-            (t, max(t.intermediate_values.values())) for t in started if t.intermediate_values]
+        scored = self._scored(self.working)
         if not scored:
             return dict(self.baseline), False
+        uncapped = self._scored([t for t in self.working if not capped(t)])
+        if uncapped and max(v for _, v in uncapped) >= max(v for _, v in scored) * (1.0 - self.settings.uncapped_margin):
+            scored = uncapped
         top = max(v for _, v in scored)
         near = [t for t, v in scored if v >= top * (1.0 - self.settings.noise_margin)]
         base = self.baseline
         best = min(near, key=lambda t: (sum(t.params.get(k) != v for k, v in base.items())
                                          + sum(k not in base for k in t.params), t.number))
         return dict(best.params), True
+
+    @staticmethod
+    def _scored(started: list[FrozenTrial]) -> list[tuple[FrozenTrial, float]]:
+        """(trial, value) of the feasible completed ones, else (trial, best level) of every one."""
+        feasible = [t for t in started
+                    if t.state == TrialState.COMPLETE and meets_constraints(t) and t.value is not None]
+        return [(t, float(t.value)) for t in feasible] or [  # type: ignore[arg-type]
+            (t, max(t.intermediate_values.values())) for t in started if t.intermediate_values]
 
     def centre_score(self, centre: Mapping[str, Any]) -> float:
         """What the centre reached (0 if it has not run): the reference a move's effect is judged by."""
@@ -235,7 +246,7 @@ def repairs(h: History) -> Iterator[Batch]:
     for t in h.finished:
         name = t.user_attrs.get(Attr.SWEEP_PARAM)
         if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
-                or name not in t.params or centre.get(name) == t.params[name]):
+                or t.user_attrs.get(Attr.SWEEP_PASS) == EDGE_PASS or name not in t.params or centre.get(name) == t.params[name]):
             continue
         key = f"{name}={t.params[name]!r}"
         tries = [r for r in h.finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
@@ -252,6 +263,57 @@ def repairs(h: History) -> Iterator[Batch]:
             if value is not None:
                 moves.append({**centre, name: t.params[name], q: value})
         yield Batch(moves[:h.settings.max_partners], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key})
+
+
+def edge(h: History, advised: bool) -> Iterator[Batch]:
+    """Bisect toward the value where a numeric parameter starts to crash.
+
+    A memory fraction gains up to the point where graph capture runs out of memory: the screen's
+    far value crashes, and the sweep's coarse grid and halving neighbours took five to eight
+    trials to come close to the edge on held-out landscapes. Once a move of a numeric parameter
+    from a working centre has crashed, the midpoint (on the parameter's own steps; log scale if
+    log) between the centre's value and the nearest crashing value is tried next. A midpoint that
+    wins becomes the centre and the next one is bisected from it; one that crashes narrows the
+    edge; one that runs without winning ends the search on that side. It stops once the two are
+    within ``edge_close`` of the range. The crashing value is the one nearest the centre among
+    every such move's, whatever centre it was made from: the edge moves little when another flag
+    changes, and a midpoint that crashes on the new centre narrows it there. A midpoint that
+    crashes is not repaired (`repairs`): the move it bisects toward already was.
+
+    ``advised``: only edges whose crash advised moving that parameter back ("set
+    --mem-fraction-static to a smaller value" after a move up), which come before the repairs;
+    the rest come after them (a cap removed that ran out of memory is repaired with a smaller
+    memory fraction first: the uncapped server may be the biggest win of the space).
+    """
+    centre, working_ = h.centre
+    if not working_:
+        return
+    ref = h.centre_score(centre)
+    for name, dist in h.dists.items():
+        if not isinstance(dist, (IntDistribution, FloatDistribution)) or name not in centre:
+            continue
+        to, back = scale(dist), unscale(dist)
+        here = to(centre[name])
+        crashed = [t for t in h.finished
+                   if name in t.params and t.constraints.get(Constraint.CRASHED, 0) > 0
+                   and (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
+                        or same_config({**t.params, name: centre[name]}, centre))]
+        for side in (1.0, -1.0):
+            beyond = [t for t in crashed if (to(t.params[name]) - here) * side > 0]
+            if not beyond:
+                continue
+            nearest_crash = min(beyond, key=lambda t: abs(to(t.params[name]) - here))
+            back_hint = ("down", None) if side > 0 else ("up", None)
+            if (h.hints(nearest_crash).get(name) == back_hint) != advised:
+                continue
+            bad = nearest_crash.params[name]
+            if abs(to(bad) - here) <= h.settings.edge_close * (to(dist.high) - to(dist.low)):
+                continue
+            mid = snap(dist, back((here + to(bad)) / 2))
+            if mid not in (centre[name], bad):
+                yield Batch([{**centre, name: mid}],
+                            {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: EDGE_PASS,
+                             Attr.SWEEP_FROM_WORKING: True, Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]})
 
 
 def revisit(h: History) -> Iterator[Batch]:
@@ -542,7 +604,9 @@ def sources(h: History) -> Iterator[tuple[str, Iterable[Batch]]]:
     (pass 1); after that, every other trial is the model's and the rest the sampler's.
     """
     yield "crash_fix", crash_fix(h)
+    yield "edge", edge(h, advised=True)
     yield "repairs", repairs(h)
+    yield "edge", edge(h, advised=False)
     yield "revisit", revisit(h)
     yield "cap_read", cap_read(h)
     yield "screen", screen(h)
