@@ -90,7 +90,6 @@ from search.surrogate import fit
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
 # whose screen moved throughput beyond the noise margin (or crashed) get their other values swept.
 SCREEN_PASS = -1
-EDGE_PASS = -2  # `edge`'s bisections: not a sweep pass, so the sweep still takes the parameter
 
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
 _ADVICE: dict[str, str] = yaml.safe_load(
@@ -246,7 +245,7 @@ def repairs(h: History) -> Iterator[Batch]:
     for t in h.finished:
         name = t.user_attrs.get(Attr.SWEEP_PARAM)
         if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
-                or t.user_attrs.get(Attr.SWEEP_PASS) == EDGE_PASS or name not in t.params or centre.get(name) == t.params[name]):
+                or name not in t.params or centre.get(name) == t.params[name]):
             continue
         key = f"{name}={t.params[name]!r}"
         tries = [r for r in h.finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
@@ -263,57 +262,6 @@ def repairs(h: History) -> Iterator[Batch]:
             if value is not None:
                 moves.append({**centre, name: t.params[name], q: value})
         yield Batch(moves[:h.settings.max_partners], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key})
-
-
-def edge(h: History, advised: bool) -> Iterator[Batch]:
-    """Bisect toward the value where a numeric parameter starts to crash.
-
-    A memory fraction gains up to the point where graph capture runs out of memory: the screen's
-    far value crashes, and the sweep's coarse grid and halving neighbours took five to eight
-    trials to come close to the edge on held-out landscapes. Once a move of a numeric parameter
-    from a working centre has crashed, the midpoint (on the parameter's own steps; log scale if
-    log) between the centre's value and the nearest crashing value is tried next. A midpoint that
-    wins becomes the centre and the next one is bisected from it; one that crashes narrows the
-    edge; one that runs without winning ends the search on that side. It stops once the two are
-    within ``edge_close`` of the range. The crashing value is the one nearest the centre among
-    every such move's, whatever centre it was made from: the edge moves little when another flag
-    changes, and a midpoint that crashes on the new centre narrows it there. A midpoint that
-    crashes is not repaired (`repairs`): the move it bisects toward already was.
-
-    ``advised``: only edges whose crash advised moving that parameter back ("set
-    --mem-fraction-static to a smaller value" after a move up), which come before the repairs;
-    the rest come after them (a cap removed that ran out of memory is repaired with a smaller
-    memory fraction first: the uncapped server may be the biggest win of the space).
-    """
-    centre, working_ = h.centre
-    if not working_:
-        return
-    ref = h.centre_score(centre)
-    for name, dist in h.dists.items():
-        if not isinstance(dist, (IntDistribution, FloatDistribution)) or name not in centre:
-            continue
-        to, back = scale(dist), unscale(dist)
-        here = to(centre[name])
-        crashed = [t for t in h.finished
-                   if name in t.params and t.constraints.get(Constraint.CRASHED, 0) > 0
-                   and (t.user_attrs.get(Attr.SWEEP_PARAM) == name and t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
-                        or same_config({**t.params, name: centre[name]}, centre))]
-        for side in (1.0, -1.0):
-            beyond = [t for t in crashed if (to(t.params[name]) - here) * side > 0]
-            if not beyond:
-                continue
-            nearest_crash = min(beyond, key=lambda t: abs(to(t.params[name]) - here))
-            back_hint = ("down", None) if side > 0 else ("up", None)
-            if (h.hints(nearest_crash).get(name) == back_hint) != advised:
-                continue
-            bad = nearest_crash.params[name]
-            if abs(to(bad) - here) <= h.settings.edge_close * (to(dist.high) - to(dist.low)):
-                continue
-            mid = snap(dist, back((here + to(bad)) / 2))
-            if mid not in (centre[name], bad):
-                yield Batch([{**centre, name: mid}],
-                            {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: EDGE_PASS,
-                             Attr.SWEEP_FROM_WORKING: True, Attr.CENTRE_SCORE: ref, Attr.SWEEP_FROM: centre[name]})
 
 
 def revisit(h: History) -> Iterator[Batch]:
@@ -604,9 +552,7 @@ def sources(h: History) -> Iterator[tuple[str, Iterable[Batch]]]:
     (pass 1); after that, every other trial is the model's and the rest the sampler's.
     """
     yield "crash_fix", crash_fix(h)
-    yield "edge", edge(h, advised=True)
     yield "repairs", repairs(h)
-    yield "edge", edge(h, advised=False)
     yield "revisit", revisit(h)
     yield "cap_read", cap_read(h)
     yield "screen", screen(h)

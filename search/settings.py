@@ -17,7 +17,7 @@ from search.errors import BadInput
 
 # The sources of the plan (`search.plan`) that ``Settings.plan_off`` can leave out, each alone; the
 # screen is switched by ``Settings.screen`` (off, the sweep takes every parameter instead).
-PLAN_SOURCES: tuple[str, ...] = ("crash_fix", "edge", "repairs", "revisit", "cap_read", "sweep", "fine_cap_read", "inactive",
+PLAN_SOURCES: tuple[str, ...] = ("crash_fix", "repairs", "revisit", "cap_read", "sweep", "fine_cap_read", "inactive",
                                  "combine", "unordered", "model")
 
 
@@ -40,7 +40,6 @@ class Settings:
     revisit_margin: float = 0.02  # a one-flag win by this much is tried again once the centre has moved
     close: float = 1 / 8  # a sweep skips a value within this fraction of the range of the centre's
     lost_margin: float = 0.2  # ... and one that lost to an earlier centre by more than this alone
-    edge_close: float = 1 / 16  # `edge` bisects toward a crashing value until this close (a fraction of the range)
     # the centre is an uncapped config (its ladder shows the whole curve) while the best of them is
     # within this fraction of the best config (1.0: whenever one works; far below, a binding cap is the point)
     uncapped_margin: float = 0.1

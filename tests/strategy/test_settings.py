@@ -31,7 +31,7 @@ def test_varied_applies_typed_pairs_and_leaves_the_default_alone() -> None:
     (["noise_margin=1.5"], "setting noise_margin: 1.5 is not a fraction in (0, 1]"),
     (["model_candidates=0"], "setting model_candidates: 0 is not a whole number of at least 1"),
     (["screen=maybe"], "'maybe' is not a bool"),
-    (["plan_off=revisit,nosuch"], "setting plan_off: nosuch is not a source of the plan (one of crash_fix, edge, repairs"),
+    (["plan_off=revisit,nosuch"], "setting plan_off: nosuch is not a source of the plan (one of crash_fix, repairs"),
 ])
 def test_bad_settings_are_refused_naming_the_key(pairs: list[str], message: str) -> None:
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.errors import BadInput
-from search.plan import EDGE_PASS, Batch, sweep_values, worth_running
+from search.plan import Batch, sweep_values, worth_running
 from search.settings import DEFAULT, Settings
 from search.storage import Attr, Outcome, Plan
 from search.strategy import SAMPLERS, Strategy, make_sampler
@@ -375,8 +375,7 @@ def _oom(advice: list[str]) -> dict:
 
 def test_a_move_that_runs_out_of_memory_is_repaired_at_once_the_way_the_advice_says() -> None:
     """Removing the cap crashes in graph capture; the very next trials retry it with a smaller memory
-    fraction, a smaller graph batch and graphs off, before any other parameter is screened, then
-    the cap between the baseline's and the crash (64 and 2,048: 362 on the log scale) is tried."""
+    fraction, a smaller graph batch and graphs off, before any other parameter is screened."""
     space, strategy, study = _started()
     trial, _ = strategy.ask(study)
     strategy.tell(study, trial, "completed", objective=900.0)
@@ -397,9 +396,8 @@ def test_a_move_that_runs_out_of_memory_is_repaired_at_once_the_way_the_advice_s
         further.append((fixed["--mem-fraction-static"], fixed.get("--cuda-graph-max-bs-decode")))
         strategy.tell(study, repair, "crashed", failure=_oom(SEED_OOM_ADVICE))
     assert further == [(0.84, 128), (0.88, 32)]
-    # Then the cap is bisected toward the crash (its advice named other flags, so after the repairs).
-    nxt, bisected = strategy.ask(study)
-    assert nxt.user_attrs["sweep_pass"] == EDGE_PASS and bisected["--max-running-requests"] == 362
+    nxt, _ = strategy.ask(study)
+    assert nxt.user_attrs["strategy"] == "sweep" and nxt.user_attrs["sweep_param"] != "--max-running-requests"
 
 
 def test_an_oom_that_names_no_flag_gets_sglangs_usual_advice() -> None:
