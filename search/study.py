@@ -42,16 +42,15 @@ from search import correctness
 from search.command import config_from_command
 from search.errors import BadInput, InfrastructureFault, RunFailed
 from search.hosts.base import Host
-from search.layout import gpus_needed
 from search.loadtest import LevelResult
 from search.lock import StudyLock
 from search.logwatch import Event
 from search.names import checked_study_name, checked_trials_dir
 from search.optuna_internals import running_trial
-from search.profile import render
 from search.ranking import Ranking
 from search.runner import Hooks, Job, Runner
 from search.slot_runner import pool_runner
+from search.slots import job_gpus
 from search.space import Space
 from search.stop_signals import stop_signals_as_interrupt
 from search.storage import (
@@ -300,7 +299,7 @@ class StudyRun:
             trial.set_user_attr(Attr.HOST, host)
             self.listener.placed(number, host)
 
-        per_gpu = self._divisor(config)
+        divisor = self._divisor(config)
 
         def level(result: LevelResult) -> bool:
             running.levels.append(result)
@@ -308,7 +307,7 @@ class StudyRun:
             # Reported (and pruned) on what the objective reads: tok/s (per GPU), goodput, or the
             # rate met; an open-loop level is named by its rate.
             return self.strategy.on_level(self._live, trial, len(running.levels) - 1, result.at,
-                                          level_score(self.space, result, per_gpu))
+                                          level_score(self.space, result, divisor))
 
         def event(seen: Event) -> None:
             if seen.kind == "phase":
@@ -346,7 +345,7 @@ class StudyRun:
 
     def _divisor(self, config: Mapping[str, Any]) -> int:
         """What a level's figure is divided by for the objective: the layout's GPUs when it is per GPU."""
-        return gpus_needed(render(self.space, dict(config)).args) if self.space.objective.per_gpu else 1
+        return job_gpus(self.space, config) if self.space.objective.per_gpu else 1
 
     @staticmethod
     def _record_levels(trial: optuna.Trial, levels: list[LevelResult], gpu: list[dict[str, Any]]) -> None:
@@ -367,8 +366,8 @@ class StudyRun:
         objective = result.objective
         if outcome == Outcome.COMPLETED and objective is None:
             # No level met the SLOs: keep its best throughput, the slo constraint keeps it from winning.
-            objective = max((level_score(self.space, level, self._divisor(config)) for level in result.levels),
-                            default=0.0)
+            divisor = self._divisor(config)
+            objective = max((level_score(self.space, level, divisor) for level in result.levels), default=0.0)
         if outcome == Outcome.PRUNED and result.levels and trial.user_attrs.get(Attr.PRUNED_BECAUSE) is None:
             trial.set_user_attr(Attr.PRUNED_BECAUSE, "the ladder stopped early")
         self.strategy.tell(self._live, trial, outcome, objective=objective, slo_ok=result.slo_ok,
