@@ -478,15 +478,52 @@ def against_peers(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def across(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the issue's goals read: medians over landscapes of ours' per-landscape medians."""
-    ours = [r["samplers"]["ours"] for r in results]
-    ratios = [r["ours_gpu_hours_to_95_vs_best_peer"] for r in results if r.get("ours_gpu_hours_to_95_vs_best_peer")]
-    return {"landscapes": len(results),
-            "ours_trials_to_95": _median([o["trials_to_95"] for o in ours]),
-            "ours_trials_to_99": _median([o["trials_to_99"] for o in ours]),
+    """What the issue's goals read, per sampler: medians over landscapes of each landscape's
+    median over seeds (a median that never reached counts as never), and how many landscapes
+    reached 95% and 99%; then ours against the best peer, where ours and a peer both ran."""
+    kinds = list(dict.fromkeys(k for r in results for k in r["samplers"]))
+    summary: dict[str, Any] = {"landscapes": len(results)}
+    for kind in kinds:
+        rows = [r["samplers"][kind] for r in results if kind in r["samplers"]]
+        summary[kind] = {"landscapes": len(rows),
+                         "reached_95": sum(o["trials_to_95"] is not None for o in rows),
+                         "reached_99": sum(o["trials_to_99"] is not None for o in rows),
+                         "trials_to_95": _median([o["trials_to_95"] for o in rows]),
+                         "trials_to_99": _median([o["trials_to_99"] for o in rows]),
+                         "best_fraction": _median([o["best_fraction"] for o in rows])}
+    compared = [r for r in results if "ours_behind_best_peer_at_99" in r]
+    if compared:
+        ratios = [r["ours_gpu_hours_to_95_vs_best_peer"] for r in compared if r.get("ours_gpu_hours_to_95_vs_best_peer")]
+        summary["against_peers"] = {
+            "landscapes": len(compared),
             "ours_gpu_hours_to_95_vs_best_peer": _median(ratios) if ratios else None,
-            "ours_reached_95_where_no_peer_did": sum(bool(r.get("ours_reached_95_where_no_peer_did")) for r in results),
-            "behind_best_peer_at_99": sum(bool(r.get("ours_behind_best_peer_at_99")) for r in results)}
+            "ours_reached_95_where_no_peer_did": sum(bool(r["ours_reached_95_where_no_peer_did"]) for r in compared),
+            "behind_best_peer_at_99": sum(bool(r["ours_behind_best_peer_at_99"]) for r in compared)}
+    return summary
+
+
+def merged(paths: list[Path]) -> list[dict[str, Any]]:
+    """The landscapes of several ``--json`` runs, each with every run's samplers side by side.
+
+    A study is a function of its landscape, sampler, seed and trial count (the noise is drawn
+    from the seed), so a slow peer (GPSampler) can run apart and still be compared trial for
+    trial; runs of other trial or seed counts are refused rather than mixed.
+    """
+    by_land: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"error: --merge {path}: {exc}; give the output of a --json run") from None
+        for r in lines:
+            if "samplers" not in r:
+                continue  # an "across" line
+            have = by_land.setdefault(r["landscape"], {**r, "samplers": {}})
+            if (have["trials"], have["seeds"]) != (r["trials"], r["seeds"]):
+                raise SystemExit(f"error: --merge {path}: {r['landscape']} ran {r['trials']} trials x {r['seeds']} "
+                                 f"seeds, another file {have['trials']} x {have['seeds']}; merge runs of one shape")
+            have["samplers"].update(r["samplers"])
+    return [{**r, **against_peers(r["samplers"])} for r in by_land.values()]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -513,8 +550,10 @@ def _table(result: dict[str, Any], seeds: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--space", type=Path, required=True)
+    parser.add_argument("--space", type=Path)
     where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--merge", type=Path, nargs="+", metavar="JSONL",
+                       help="summarize earlier --json --generated runs together (a slow peer run apart)")
     where.add_argument("--landscape", type=Path, help="a landscape file")
     where.add_argument("--generated", help="seeds of scripts/landscapes/generator.py's landscapes, e.g. 0-49")
     parser.add_argument("--trials", type=int, default=60)
@@ -531,6 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = DEFAULT.varied(args.settings)
     except BadInput as exc:
         parser.exit(2, f"error: {exc}\n")
+    if args.merge:
+        print(json.dumps({"across": across(merged(args.merge))}))
+        return 0
+    if args.space is None:
+        parser.exit(2, "error: --space is needed to run studies (only --merge goes without)\n")
     problem = load_problem(args.space)
     kw = {"trials": args.trials, "seeds": args.seeds, "noise": args.noise,
           "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs, "settings": settings}

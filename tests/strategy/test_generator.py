@@ -102,3 +102,29 @@ def test_a_parameter_that_does_not_scale_alone_is_refused_as_separable(problem: 
 
     with pytest.raises(SystemExit, match="not separable"):
         bench.optimum(bench.Simulator(problem, Entangled()))
+
+
+def _line(landscape: str, trials: int, **samplers: tuple[float | None, float | None, float | None]) -> str:
+    import json
+    return json.dumps({"landscape": landscape, "trials": trials, "seeds": 2, "samplers": {
+        k: {"trials_to_95": t95, "trials_to_99": t99, "gpu_hours_to_95": h95, "gpu_hours_to_99": None, "best_fraction": 0.96}
+        for k, (t95, t99, h95) in samplers.items()}})
+
+
+def test_runs_made_apart_are_summarized_side_by_side(tmp_path: Path) -> None:
+    """A slow peer runs apart (``--merge``): its landscapes meet ours by name, and the summary of
+    a run without ours (peers alone) is per sampler, not an error."""
+    ours, peers = tmp_path / "ours.jsonl", tmp_path / "peers.jsonl"
+    ours.write_text(_line("generated:100", 60, ours=(20, 30, 1.0)) + "\n" + _line("generated:101", 60, ours=(None, None, None)) + "\n")
+    peers.write_text(_line("generated:100", 60, gp=(30, 25, 2.0), tpe=(40, None, 4.0)) + "\n"
+                     + _line("generated:101", 60, gp=(50, None, 3.0), tpe=(None, None, None)) + "\n" + '{"across": {}}\n')
+    assert bench.across(bench.merged([peers]))["gp"] == {"landscapes": 2, "reached_95": 2, "reached_99": 1,
+                                                        "trials_to_95": 40.0, "trials_to_99": None, "best_fraction": 0.96}
+    summary = bench.across(bench.merged([ours, peers]))
+    assert summary["ours"]["trials_to_95"] is None and summary["ours"]["reached_95"] == 1
+    assert summary["against_peers"] == {"landscapes": 2, "ours_gpu_hours_to_95_vs_best_peer": 0.5,
+                                        "ours_reached_95_where_no_peer_did": 0, "behind_best_peer_at_99": 1}
+    other = tmp_path / "other.jsonl"
+    other.write_text(_line("generated:100", 80, random=(70, None, 9.0)) + "\n")
+    with pytest.raises(SystemExit, match="ran 80 trials x 2 seeds, another file 60 x 2"):
+        bench.merged([ours, other])
