@@ -13,6 +13,8 @@ and optunahub's is fetched from the network at run time, which this project may 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,8 +117,10 @@ class HeboSampler(optuna.samplers.BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: Mapping[str, BaseDistribution]) -> dict[str, Any]:
-        self._observe(study)
-        proposal = self._hebo.suggest(n_suggestions=1).iloc[0]
+        # HEBO prints its GP's fitting retries ("jitter = 0.001") to stdout, the benchmark's JSON.
+        with contextlib.redirect_stdout(sys.stderr):
+            self._observe(study)
+            proposal = self._hebo.suggest(n_suggestions=1).iloc[0]
         return {n: self._from_hebo(n, proposal[n]) for n in search_space if n in proposal}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
