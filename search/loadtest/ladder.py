@@ -211,7 +211,7 @@ class _Level:
                     raise _Abort(NO_PROGRESS)
                 return level
             if len(bins) >= _MIN_BINS and _converged(bins, ci, spec) and self._cycled(len(bins) * bin_s):
-                # Whole cycles, else a bin boundary: the window the CI describes.
+                # A bin boundary (the window the CI describes), cut to whole request cycles if they fit.
                 t1 = self._whole_cycles(t0, t0 + len(bins) * bin_s)
                 await self._settle(t1, min(spec.duration_s, 2 * lag))
                 return from_window(self.concurrency, records, t0, t1, spec.goodput, converged=True,
