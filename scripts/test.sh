@@ -12,5 +12,5 @@ python3 -m ruff check search tests scripts
 if [ $# -gt 0 ]; then
   exec python3 -m pytest -q "$@"
 fi
-python3 -m pytest -q -n 3 --dist loadfile -m "not timing"
+python3 -m pytest -q -n 3 --dist loadfile -m "not timing" --durations=15
 exec python3 -m pytest -q -m timing
