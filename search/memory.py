@@ -1,7 +1,8 @@
 """The crash and repeat memory: a filter around the sampler that tells, without running, what the study already knows.
 
 Each `Memory.ask` takes Optuna's next trial (planned or sampled) and, while its config is a known
-crash or a repeat of a finished, running or waiting trial, tells it at once (user attribute
+crash (a categorical choice that crashed alone, or a config past an out-of-memory crash, see
+`Memory.past_oom`) or a repeat of a finished, running or waiting trial, tells it at once (user attribute
 ``skipped``; a known crash PRUNED with ``crashed = 1`` so TPE learns to avoid it, a repeat FAIL,
 which samplers ignore) and asks again. After ``max_skips`` in a row (a small space used up, a
 converged sampler) the next proposal runs: a repeat measures the noise, and the study goes on.
@@ -11,16 +12,23 @@ Planned repairs, the baseline and known configs always run. ``Strategy(memory=Fa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 import optuna
+import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search.moves import advice
 from search.optuna_internals import enqueued_params
 from search.ranking import same_config
 from search.settings import DEFAULT, Settings
 from search.storage import Attr, Constraint, Outcome, Plan, set_constraints
+
+# SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
+_ADVICE: dict[str, str] = yaml.safe_load(
+    resources.files("search").joinpath("signatures", "advice.yaml").read_text(encoding="utf-8"))
 
 # Proposals that always run: what the user gave, and a crash's repair (which may repeat a known crash's value).
 _ALWAYS = (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER)
@@ -43,6 +51,42 @@ def crashed_choice(config: Mapping[str, Any], crashes: Mapping[str, list[Any]]) 
 
 def failure_kind(trial: FrozenTrial) -> str | None:
     return (trial.user_attrs.get(Attr.FAILURE) or {}).get("kind")
+
+
+def failure_hints(trial: FrozenTrial, dists: Mapping[str, BaseDistribution]) -> dict[str, tuple[str, Any]]:
+    """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
+    failure = trial.user_attrs.get(Attr.FAILURE) or {}  # the deciding line, then SGLang's advice lines
+    found = advice("\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])]), dists)
+    kind = failure_kind(trial)
+    if not found and kind in _ADVICE:
+        found = advice(_ADVICE[kind], dists)
+    return found
+
+
+def against_advice(config: Mapping[str, Any], crashed: Mapping[str, Any], hints: Mapping[str, tuple[str, Any]]) -> bool:
+    """Whether ``config`` differs from the ``crashed`` one only by moves against what its failure
+    advised: each other parameter at least as far the wrong way (a memory fraction no smaller than
+    one that ran out of memory, a graph batch no smaller, graphs still on), or inactive in one of the
+    two (a graph batch cap is compared through the flag that turns graphs on or off)."""
+    for name in config.keys() | crashed.keys():
+        ours, theirs = config.get(name), crashed.get(name)
+        if ours == theirs or name in hints and (name not in config or name not in crashed):
+            continue
+        how, target = hints.get(name, ("any", None))
+        side = _side(ours, theirs)
+        if side is not None and (how == "down" and side >= 0 or how == "up" and side <= 0):
+            continue
+        if how == "set" and theirs == target and ours != target:
+            continue
+        return False
+    return True
+
+
+def _side(a: Any, b: Any) -> int | None:
+    """-1, 0 or 1 as number ``a`` is below, at or above number ``b``; None unless both are numbers."""
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (a, b)):
+        return None
+    return (a > b) - (a < b)  # type: ignore[no-any-return]
 
 
 class Memory:
@@ -85,6 +129,22 @@ class Memory:
                 found.setdefault(name, []).append(t.params[name])
         return found
 
+    def past_oom(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any]) -> FrozenTrial | None:
+        """A trial that ran out of memory with less asked of memory than ``config`` asks, if any.
+
+        Out-of-memory is a threshold: a config that moves only against the crash's own advice
+        (`against_advice`: a larger memory fraction or graph batch than one that ran out, graphs on
+        where graphs off already did) runs out too. Its other flags must be the same, since a
+        backend's or cap's own buffers move the threshold. Without this the sweep's second pass
+        tried 0.89 right after 0.88 ran out, and repaired it too: four trials on tuning landscapes.
+        """
+        for t in finished(trials):
+            if t.constraints.get(Constraint.CRASHED, 0) > 0 and failure_kind(t) == "oom":
+                hints = failure_hints(t, self.dists)
+                if hints and not same_config(t.params, config) and against_advice(config, t.params, hints):
+                    return t
+        return None
+
     def reason(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any], asking: int | None = None) -> str | None:
         """Why ``config`` should not run, by the study's ``trials``: a known crash, or the config of a
         finished, running or waiting trial (parallel asks see each other's configs only through this: GPSampler has no
@@ -93,6 +153,9 @@ class Memory:
         name = crashed_choice(config, self.known_crashes(trials))
         if name is not None:
             return f"{name}={config[name]!r} crashed when the sweep tried it alone"
+        oom = self.past_oom(trials, config)
+        if oom is not None:
+            return f"crashed: asks more memory than trial {oom.number}, which ran out"
         for t in finished(trials):
             if same_config(t.params, config):
                 return f"same config as trial {t.number}"

@@ -54,19 +54,16 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import optuna
-import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from search.memory import Memory, crashed_choice, failure_kind, finished, working
+from search.memory import Memory, crashed_choice, failure_hints, finished, working
 from search.moves import (
     CAP,
-    advice,
     cap_of,
     close_in,
     grid_values,
@@ -90,10 +87,6 @@ from search.surrogate import fit
 # Pass -1 screens: each parameter's single most different value from the centre. Only parameters
 # whose screen moved throughput beyond the noise margin (or crashed) get their other values swept.
 SCREEN_PASS = -1
-
-# SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
-_ADVICE: dict[str, str] = yaml.safe_load(
-    resources.files("search").joinpath("signatures", "advice.yaml").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -183,13 +176,7 @@ class History:
             return dict(config)
 
     def hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
-        """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
-        failure = trial.user_attrs.get(Attr.FAILURE) or {}  # the deciding line, then SGLang's advice lines
-        found = advice("\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])]), self.dists)
-        kind = failure_kind(trial)
-        if not found and kind in _ADVICE:
-            found = advice(_ADVICE[kind], self.dists)
-        return found
+        return failure_hints(trial, self.dists)
 
 
 def score(trial: FrozenTrial) -> float | None:

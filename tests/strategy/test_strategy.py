@@ -272,6 +272,36 @@ def test_a_choice_that_ran_out_of_memory_alone_is_not_a_known_crash(kind: str, k
     assert (strategy.memory.known_crashes(study.get_trials()) == {"--moe-runner-backend": [config["--moe-runner-backend"]]}) is known
 
 
+def test_a_config_asking_more_memory_than_one_that_ran_out_is_a_known_crash() -> None:
+    """Out of memory at 0.92 with graphs of up to 256: 0.93, or 0.92 with a larger graph batch, run
+    out too (both against the failure's advice); a smaller fraction or batch, graphs off, or another
+    backend (its own buffers move the edge) may not, and run."""
+    space = FixtureSpace()
+    strategy = Strategy(space, seed=0)
+    study = _study(strategy)
+    crashed = {**space.baseline, "--mem-fraction-static": 0.92, "--cuda-graph-max-bs-decode": 256}
+    strategy.start(study, known=[crashed])
+    for outcome in ("completed", "crashed"):
+        trial, _ = strategy.ask(study)
+        strategy.tell(study, trial, outcome, objective=1000.0, failure={
+            "kind": "oom", "phase": "cuda_graph", "line": "Capture cuda graph failed: CUDA out of memory.",
+            "message": "", "advice": ["1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+                                      "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+                                      "4. disable CUDA graph by --disable-cuda-graph."]})
+    trials = study.get_trials()
+
+    def reason(**changes: object) -> str | None:
+        return strategy.memory.reason(trials, strategy.history(study).active({**crashed, **changes}))
+
+    assert "ran out" in str(reason(**{"--mem-fraction-static": 0.93}))
+    assert "ran out" in str(reason(**{"--mem-fraction-static": 0.95, "--cuda-graph-max-bs-decode": 512}))
+    assert reason(**{"--mem-fraction-static": 0.91}) is None
+    assert reason(**{"--mem-fraction-static": 0.93, "--cuda-graph-max-bs-decode": 128}) is None
+    assert reason(**{"--mem-fraction-static": 0.93, "--disable-cuda-graph": True}) is None
+    assert reason(**{"--mem-fraction-static": 0.93, "--moe-runner-backend": "triton"}) is None
+    assert reason(**{"--mem-fraction-static": 0.93, "NCCL_MIN_NCHANNELS": 8}) is None
+
+
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
     """The baseline's backend fails, so its screens crash too until one changes the backend: those
     crashes are the baseline's fault, not their values', and stay open for the sampler."""
