@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +24,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from search.errors import BadInput
 from search.space import Space, parse_space
@@ -129,7 +130,7 @@ def open_storage(url: str, *, create: bool) -> BaseStorage:
     if path is not None:
         _check_sqlite(url, path, create)
     try:
-        return optuna.storages.get_storage(url)
+        return _get_storage(url)
     except ImportError as exc:
         missing = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc  # Optuna re-raises SQLAlchemy's
         package = missing.name or "the database's driver"
@@ -144,6 +145,23 @@ def open_storage(url: str, *, create: bool) -> BaseStorage:
         reason = str(exc).strip().splitlines()[0]
         raise BadInput(f"--storage {url}: not a storage URL ({reason}); "
                        "use sqlite:///FILE.db or postgresql://USER@HOST/DB") from None
+
+
+# Opening a storage creates its tables and Optuna's schema version when they are missing, so two
+# processes opening a new one at once (a driver and `study show`, two drivers of different studies)
+# race: the loser sees "table studies already exists" or a duplicate version row. Once the winner
+# is done the tables are there, so the loser opens again rather than calling the file unusable.
+_OPEN_TRIES = 10
+_OPEN_RETRY_S = 0.2
+
+
+def _get_storage(url: str) -> BaseStorage:
+    for _ in range(_OPEN_TRIES - 1):
+        try:
+            return optuna.storages.get_storage(url)
+        except (IntegrityError, OperationalError):
+            time.sleep(_OPEN_RETRY_S)
+    return optuna.storages.get_storage(url)
 
 
 def _check_sqlite(url: str, path: Path, create: bool) -> None:

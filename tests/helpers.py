@@ -14,7 +14,9 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from search.errors import BadInput
 from search.hosts.base import MARKER_ENV
+from search.storage import load
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup")
 
@@ -77,15 +79,23 @@ def marker_pids(marker: str) -> list[int]:
     return [pid for pid, found in marker_processes(marker).items() if found == marker]
 
 
+def study_so_far(study: str, storage: str = "sqlite:///studies.db") -> optuna.Study | None:
+    """The study a driver is running, read as `search study show` reads it; None before the driver
+    has created it (the product's opener, so a read while the driver creates the tables is retried
+    as a user's would be)."""
+    try:
+        return load(study, storage)
+    except BadInput:
+        return None
+
+
 def running_server(study: str, storage: str = "sqlite:///studies.db", timeout: float = 60.0) -> tuple[int, str]:
     """Wait until the study's driver has a server up (a live process carrying the trial marker):
     its trial number and marker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            trials = optuna.load_study(study_name=study, storage=storage).get_trials(states=(TrialState.RUNNING,))
-        except KeyError:
-            trials = []
+        opened = study_so_far(study, storage)
+        trials = opened.get_trials(states=(TrialState.RUNNING,)) if opened else []
         for t in trials:
             marker = t.user_attrs.get("marker")
             if marker and marker_pids(marker):

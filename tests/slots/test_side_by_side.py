@@ -24,7 +24,7 @@ from search.slots import GpuPool
 from search.space import Objective, Space, load_space
 from search.storage import Outcome
 from search.study import Listener, StudyRun
-from tests.helpers import AtOnce, ctrl_c_reaches, marker_pids, write_space
+from tests.helpers import AtOnce, ctrl_c_reaches, marker_pids, study_so_far, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -162,10 +162,8 @@ def _two_servers_up(timeout: float = 60.0) -> list[str]:
     """The markers of two RUNNING trials whose servers are alive at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            trials = optuna.load_study(study_name="k", storage=STORAGE).get_trials(states=(TrialState.RUNNING,))
-        except KeyError:
-            trials = []
+        opened = study_so_far("k", STORAGE)
+        trials = opened.get_trials(states=(TrialState.RUNNING,)) if opened else []
         markers = [t.user_attrs["marker"] for t in trials if t.user_attrs.get("marker")]
         alive = [m for m in markers if marker_pids(m)]
         if len(alive) >= 2:

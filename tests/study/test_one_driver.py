@@ -3,6 +3,7 @@ study name is one directory entry under trials/, never a path out of it."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.helpers import write_space
+from tests.helpers import study_so_far, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -43,16 +44,38 @@ def test_two_drivers_started_together_on_a_new_storage(workdir: Path) -> None:
     assert not [t for t in trials if t.state == TrialState.FAIL]
 
 
+def _open_at(url: str, start: float) -> str:
+    from search.errors import BadInput
+    from search.storage import open_storage
+    while time.time() < start:  # every process opens at the same moment
+        pass
+    try:
+        open_storage(url, create=True)
+        return "ok"
+    except BadInput as exc:
+        return str(exc)
+
+
+def test_processes_opening_a_new_storage_at_once_all_open_it(tmp_path: Path) -> None:
+    """A driver and `study show` (or drivers of two studies) opening a new SQLite file together:
+    each creates the tables that are missing, and the losers of that race once said the file was
+    "not an SQLite database Optuna can use (table studies already exists)"."""
+    for round_ in range(3):
+        url = f"sqlite:///{tmp_path / f'new-{round_}.db'}"
+        with multiprocessing.get_context("fork").Pool(6) as pool:
+            start = time.time() + 0.5
+            opened = pool.starmap(_open_at, [(url, start)] * 6)
+        assert opened == ["ok"] * 6, opened
+
+
 def test_a_second_driver_is_refused_while_the_first_remeasures(workdir: Path) -> None:
     space = write_space(workdir, time_scale="0.02")
     first = _study_run(workdir, space, "r", "--n-trials", "1", "--remeasure", "1")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        try:
-            if "remeasuring" in optuna.load_study(study_name="r", storage=STORAGE).user_attrs:
-                break
-        except KeyError:  # not created yet
-            pass
+        opened = study_so_far("r", STORAGE)
+        if opened is not None and "remeasuring" in opened.user_attrs:
+            break
         time.sleep(0.1)
     else:
         raise AssertionError(f"never re-measured: {first.communicate()}")
