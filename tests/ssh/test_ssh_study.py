@@ -102,9 +102,10 @@ def test_a_whole_study_runs_over_ssh_with_gpu_telemetry_and_artifacts(sshd: Sshd
         profile = json.loads((artifacts / "profile.json").read_text())  # as the host ran it
         assert profile["port"] == server_port and profile["args"][profile["args"].index("--port") + 1] == str(server_port)
     # The emulated GPU reads 100 * running / (running + 8) %: at most 67% with 16 requests, so averaged with
-    # the idle GPU 0 the record could never pass 33.5%; above that, only GPU 1 was counted.
+    # the idle GPU 0 the record could never pass 33.5%; above that, only GPU 1 was counted. (Power is
+    # no such proof: it follows the token rate the loaded box reached, 136 W in one CI run.)
     top = win.user_attrs["gpu"][1]
-    assert top["utilization_pct"] > 100 * 16 / (16 + 8) / 2 and top["power_w"] > 150, top
+    assert top["utilization_pct"] > 100 * 16 / (16 + 8) / 2 and top["power_w"] > IDLE_W, top
 
     table = _search(tmp_path, "study", "show", "ssh").stdout
     assert f"{top['power_w']:.0f}/600 W" in table
