@@ -226,8 +226,8 @@ class _Level:
         cycle is longer than the level itself (1,024-token answers at 1,024 streams: minutes),
         steady decoding is all the level can see and the converged bins are its steady state.
         A cycle read off ended requests is the median's only once half the level's streams have
-        ended: before, the ended ones are a cohort's fastest, and a window cut to their cycle
-        spanned 0.93 of the real one (two CI runs).
+        ended: before, the ended ones are a cohort's fastest. (Two CI runs saw a window cut to
+        0.93 of the cycle; this is the cause that fits them, not one reproduced here.)
         """
         records = self.source.records
         cycle = request_cycle_s(records, self.spec.output_len)

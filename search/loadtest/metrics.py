@@ -330,9 +330,8 @@ def request_cycle_s(records: list[Record], output_len: int) -> float | None:
 
     Once requests have finished, the median of their end-to-end times: measured, not guessed.
     Before, each running one is projected from its own stream: its TTFT plus the ``output_len - 1``
-    tokens after the first at the rate it has been receiving them. Mixing the two let a lockstep
-    cohort's next requests, projected from their first few chunks, pull the median 7% below the
-    cycle the finished ones measured (a CI run), and a window cut to it ended in the tokenless gap.
+    tokens after the first at the rate it has been receiving them (a projection from a few chunks
+    is a guess, and once any request has ended it is no longer needed).
     The ladder's early end reads it: a closed loop's steady state includes its requests turning
     over, so a window may not stop before it has spanned one cycle unless the requests outlive the
     level anyway.
