@@ -304,6 +304,11 @@ class RayRunner:
         """Hosts (slots) with nothing running, not counting a lost trial's until its sweep has ended."""
         return max(0, self.capacity() - len(self._running) - len(self._sweeps))
 
+    def settling(self) -> bool:
+        """A lost trial's sweep still holds its host: when a node dies, the last running trial can end
+        before the sweep does, and stopping then would lose a host that is about to come free."""
+        return bool(self._sweeps)
+
     def start(self, job: Job, hooks: Hooks) -> None:
         need = 1
         if self.slots:

@@ -51,6 +51,11 @@ class Runner(Protocol):
         """How many more jobs could start now."""
         ...
 
+    def settling(self) -> bool:
+        """Whether a host is held by a cleanup, not a job (a lost trial's sweep on Ray): it comes free
+        in a later ``wait`` without any job ending, so the driver waits instead of stopping."""
+        ...
+
     def start(self, job: Job, hooks: Hooks) -> None:
         """Begin ``job``; its events and levels reach ``hooks`` during later ``wait`` calls."""
         ...
@@ -111,6 +116,9 @@ class InProcessRunner:
     def free(self) -> int:
         return 0 if self._job or self._next_host() is None else 1
 
+    def settling(self) -> bool:
+        return False
+
     def start(self, job: Job, hooks: Hooks) -> None:
         host = self._next_host()
         assert host is not None, "start() while free() is 0"
@@ -155,6 +163,9 @@ class PlayedRunner:
 
     def free(self) -> int:
         return 0 if self._job else 1
+
+    def settling(self) -> bool:
+        return False
 
     def start(self, job: Job, hooks: Hooks) -> None:
         self._job = (job, hooks)

@@ -78,6 +78,9 @@ class SlotRunner:
             return 0
         return sum(self._gpus[h.name].fits(self._need) for h in self.pool if h.available)
 
+    def settling(self) -> bool:
+        return False
+
     def start(self, job: Job, hooks: Hooks) -> None:
         need = self._need_of(job)
         self._need = need

@@ -265,7 +265,7 @@ class StudyRun:
             while True:
                 while self._runner.free() > 0 and self._wants_more():
                     self._launch()
-                if not self._running:
+                if not self._running and not self._runner.settling():
                     if self._wants_more():
                         raise InfrastructureFault(f"study {self.name!r}: no host is free to run a trial; "
                                                   "check the cluster, then run the same command to continue")

@@ -86,9 +86,10 @@ def test_a_server_without_running_counts_is_read_from_its_text() -> None:
         lv = _level(url, concurrency=(128,), output_len=48, duration_s=6.0)
     assert lv.completed > 0
     assert lv.output_tokens_counted == "text"
-    # Streams turn over every ~1.6 s (1.5 s of decode, TTFT, the client's round trip): the rate
-    # while decoding is 128 x 32 tok/s, and the closed loop's duty cycle lowers the average.
-    assert 0.85 * 128 * 32 < lv.output_throughput <= 1.03 * 128 * 32
+    # The rate while decoding is 128 x 32 tok/s; one token a chunk would read a third of it. Streams
+    # turn over every ~1.6 s (1.5 s of decode, TTFT, the client's round trip), and that duty cycle
+    # lowers the average: 0.9 of the decode rate alone, 0.79 in CI beside two other workers.
+    assert 0.6 * 128 * 32 < lv.output_throughput <= 1.03 * 128 * 32
     # Latencies of 1.5 s requests move with a loaded box's scheduling by a few per cent.
     assert lv.mean_tpot_ms == pytest.approx(1000 / 32, rel=0.05)
 
