@@ -16,6 +16,7 @@ Two ways to cut the samples:
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -24,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from search.loadtest.client import Record
 
@@ -357,4 +357,13 @@ def relative_half_width(bins: list[float]) -> float:
     if n < 2 or mean <= 0:
         return math.inf
     sd = float(np.std(bins, ddof=1))
-    return float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) / mean
+    return _t975(n - 1) * sd / math.sqrt(n) / mean
+
+
+@functools.cache
+def _t975(dof: int) -> float:
+    """Student's t 97.5% quantile. scipy.stats is imported here, not with the module: it is half a
+    second of every `search` command's start, and only a load test needs it."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, dof))
