@@ -240,10 +240,14 @@ def gpus_of(flags: dict[str, Any], env: dict[str, str]) -> list[int]:
 class Ranks:
     """The rank children: start them, wait for ready, feed them load, end them."""
 
-    def __init__(self, the_plan: dict[str, Any], gpus: list[int]) -> None:
+    def __init__(self) -> None:
         self.sigquit_line = "sigquit"  # the main process's handler; "sigquit_running" once serving
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ready_fds: list[int] = []
+
+    def start(self, the_plan: dict[str, Any], gpus: list[int]) -> None:
+        """One child a rank. Called once the main process's handlers are in place: a SIGTERM that came
+        while they were spawned killed the main process alone and left its ranks running."""
         for rank, gpu in enumerate(gpus):
             r, w = os.pipe()
             proc = subprocess.Popen([sys.executable, "-m", "search.emulator.ranks"], stdin=subprocess.PIPE,
@@ -319,7 +323,7 @@ def main(argv: list[str]) -> int:
     gpus = gpus_of(flags, env)
     the_plan["occupants"] = [asdict(o) if o else None for o in
                              (gpu_state.occupant(settings.state_dir, g) if g < settings.gpus else None for g in gpus)]
-    ranks = Ranks(the_plan, gpus)
+    ranks = Ranks()
 
     def on_sigquit(signum: int, frame: object) -> None:
         log.say(ranks.sigquit_line)
@@ -333,6 +337,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGQUIT, on_sigquit)
     signal.signal(signal.SIGTERM, on_sigterm)
+    ranks.start(the_plan, gpus)
     dead = ranks.wait_ready()
     if dead is not None:
         return died_in_init(log, ranks, dead)
