@@ -26,6 +26,7 @@ from search.loadtest.metrics import (
     chunk_gap_s,
     from_requests,
     from_window,
+    load_statistics,
     meets_slos,
     relative_half_width,
     request_cycle_s,
@@ -328,6 +329,7 @@ async def arun_ladder(url: str, spec: LadderSpec, *, on_level: OnLevel | None = 
                       should_abort: ShouldAbort | None = None) -> LadderResult:
     """Run the ladder; the async core of :func:`run_ladder`."""
     url = url.rstrip("/")
+    load_statistics()
     result = LadderResult(spec=spec)
     rng = random.Random(spec.seed)
     workers = spec.workers or 1  # None: start in this process, add processes once it is the bottleneck

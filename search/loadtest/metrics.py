@@ -363,7 +363,13 @@ def relative_half_width(bins: list[float]) -> float:
 @functools.cache
 def _t975(dof: int) -> float:
     """Student's t 97.5% quantile. scipy.stats is imported here, not with the module: it is half a
-    second of every `search` command's start, and only a load test needs it."""
+    second of every `search` command's start, and only a load test needs it (`load_statistics`)."""
     from scipy import stats
 
     return float(stats.t.ppf(0.975, dof))
+
+
+def load_statistics() -> None:
+    """Import scipy.stats now, before a level's clock runs: imported inside the first window, its
+    0.5-1 s stalled the client there (a level of 40 ms requests read half its rate)."""
+    _t975(1)

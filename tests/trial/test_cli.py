@@ -26,12 +26,15 @@ def test_trial_run_prints_timeline_and_levels_and_exits_0(space_file, tmp_path):
     trial = tmp_path / "trials" / "first" / "0"
     assert "--max-running-requests 8" in (trial / "command.sh").read_text()
     assert SECRET not in done.stdout + done.stderr
-    # The landscape's 400 tok/s per stream (cap 8 here, above both levels), loosely: a 16-token
-    # request lasts 40 ms, so the turnaround between requests costs a few per cent.
+    # The landscape's 400 tok/s per stream (cap 8 here, above both levels), loosely, for each request
+    # in flight: a 16-token request lasts 40 ms, so the client's turnaround between requests takes a
+    # few per cent of each stream's time, which the level's measured concurrency leaves out. (A client
+    # stalled inside the window reads low: scipy imported in the first level read half the rate.)
     levels = json.loads((trial / "loadtest.json").read_text())["levels"]
     assert [lv["max_concurrency"] for lv in levels] == [2, 8]
     for lv in levels:
-        assert lv["output_throughput"] == pytest.approx(400.0 * lv["max_concurrency"], rel=0.15)
+        assert 0 < lv["concurrency"] <= lv["max_concurrency"]
+        assert lv["output_throughput"] == pytest.approx(400.0 * lv["concurrency"], rel=0.15)
         assert lv["median_itl_ms"] == pytest.approx(1000 / 400.0, rel=0.25)
         assert lv["errors"] == {}
 
