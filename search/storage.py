@@ -159,9 +159,17 @@ def _get_storage(url: str) -> BaseStorage:
     for _ in range(_OPEN_TRIES - 1):
         try:
             return optuna.storages.get_storage(url)
-        except (IntegrityError, OperationalError):
+        except (IntegrityError, OperationalError) as exc:
+            if not _lost_the_race(exc):
+                raise
             time.sleep(_OPEN_RETRY_S)
     return optuna.storages.get_storage(url)
+
+
+def _lost_the_race(exc: IntegrityError | OperationalError) -> bool:
+    """The creation race (the duplicate version row; SQLite's "already exists" or "database is
+    locked"), not a server that refused the connection: that error comes at once, not 2 s later."""
+    return isinstance(exc, IntegrityError) or any(text in str(exc.orig) for text in ("already exists", "locked"))
 
 
 def _check_sqlite(url: str, path: Path, create: bool) -> None:
