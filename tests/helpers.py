@@ -74,6 +74,11 @@ def marker_processes(prefix: str) -> dict[int, str]:
     return found
 
 
+def parent(pid: int) -> int:
+    """A process's parent pid, from /proc (OSError once it is gone)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def marker_pids(marker: str) -> list[int]:
     """Live processes carrying exactly this trial marker (what a driver must never leave behind)."""
     return [pid for pid, found in marker_processes(marker).items() if found == marker]

@@ -20,6 +20,7 @@ from search.runner import Job
 from search.space import Space, load_space
 from search.trial import TrialResult
 from tests import helpers
+from tests.helpers import parent
 
 # Throughput grows with concurrency; a chunked prefill below 4096 runs at 30% (under the target at
 # the first level, so the driver prunes it mid-ladder); triton crashes at autotune.
@@ -139,10 +140,6 @@ def drain(runner: RayRunner, count: int) -> list[tuple[Job, TrialResult]]:
 def marker_processes(study: str) -> dict[int, str]:
     """Live processes carrying a trial marker of ``study``: pid -> marker (other people's studies run here too)."""
     return helpers.marker_processes(f"search-{study}-")
-
-
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def host_of(pid: int) -> str | None:

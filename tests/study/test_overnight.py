@@ -19,7 +19,7 @@ from search.errors import RunFailed
 from search.hosts.emulated import EmulatedHost
 from search.space import load_space
 from search.study import Listener, StudyRun
-from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, running_server, write_space
+from tests.helpers import ctrl_c_reaches, marker_pids, marker_processes, parent, running_server, write_space
 
 STORAGE = "sqlite:///studies.db"
 
@@ -135,7 +135,7 @@ def _descends_from(pid: int, ancestor: int) -> bool:
         if pid == ancestor:
             return True
         try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            pid = parent(pid)
         except (OSError, ValueError, IndexError):
             return False
     return False
