@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -63,18 +66,32 @@ class PageView:
 def view(page: Path, screenshot: Path, timeout: float = 60.0) -> PageView:
     """Load ``page`` in headless Chromium; screenshot the whole page into ``screenshot``."""
     with tempfile.TemporaryDirectory() as profile:
+        # Its own session, so the renderer and helper processes end with it: a helper still
+        # writing into the profile made the directory's removal fail ("Directory not empty").
         proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
             ws_url = _devtools_url(proc, timeout)
             return asyncio.run(_drive(ws_url, page, screenshot, timeout))
         finally:
-            proc.terminate()
+            _end_group(proc)
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    """Stop Chromium and every process it started; return once none is left."""
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
             try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def _devtools_url(proc: subprocess.Popen[str], timeout: float) -> str:
