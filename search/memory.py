@@ -11,7 +11,7 @@ Planned repairs, the baseline and known configs always run. ``Strategy(memory=Fa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -20,6 +20,7 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search.layout import LAYOUT_FLAGS
 from search.moves import advice
 from search.optuna_internals import enqueued_params
 from search.ranking import same_config
@@ -63,14 +64,15 @@ def failure_hints(trial: FrozenTrial, dists: Mapping[str, BaseDistribution]) -> 
     return found
 
 
-def against_advice(config: Mapping[str, Any], crashed: Mapping[str, Any], hints: Mapping[str, tuple[str, Any]]) -> bool:
+def against_advice(config: Mapping[str, Any], crashed: Mapping[str, Any], hints: Mapping[str, tuple[str, Any]],
+                   free: Collection[str] = ()) -> bool:
     """Whether ``config`` differs from the ``crashed`` one only by moves against what its failure
     advised: each other parameter at least as far the wrong way (a memory fraction no smaller than
     one that ran out of memory, a graph batch no smaller, graphs still on), or inactive in one of the
-    two (a graph batch cap is compared through the flag that turns graphs on or off)."""
+    two (a graph batch cap is compared through the flag that turns graphs on or off), or ``free``."""
     for name in config.keys() | crashed.keys():
         ours, theirs = config.get(name), crashed.get(name)
-        if ours == theirs or name in hints and (name not in config or name not in crashed):
+        if ours == theirs or name in free or name in hints and (name not in config or name not in crashed):
             continue
         how, target = hints.get(name, ("any", None))
         side = _side(ours, theirs)
@@ -95,6 +97,12 @@ class Memory:
     def __init__(self, dists: Mapping[str, BaseDistribution], settings: Settings = DEFAULT) -> None:
         self.dists = dists
         self.settings = settings
+        self._hints: dict[int, dict[str, tuple[str, Any]]] = {}  # a finished trial's failure hints, by number
+
+    def _hints_of(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
+        if trial.number not in self._hints:
+            self._hints[trial.number] = failure_hints(trial, self.dists)
+        return self._hints[trial.number]
 
     def ask(self, study: optuna.Study,
             suggest: Callable[[optuna.Trial], dict[str, Any]]) -> tuple[optuna.Trial, dict[str, Any]]:
@@ -129,7 +137,8 @@ class Memory:
                 found.setdefault(name, []).append(t.params[name])
         return found
 
-    def past_oom(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any]) -> FrozenTrial | None:
+    def past_oom(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any],
+                 numbers_free: bool = False) -> FrozenTrial | None:
         """A trial that ran out of memory with less asked of memory than ``config`` asks, if any.
 
         Out-of-memory is a threshold: a config that moves only against the crash's own advice
@@ -137,11 +146,16 @@ class Memory:
         where graphs off already did) runs out too. Its other flags must be the same, since a
         backend's or cap's own buffers move the threshold. Without this the sweep's second pass
         tried 0.89 right after 0.88 ran out, and repaired it too: four trials on tuning landscapes.
+        With ``numbers_free`` the numeric flags the advice does not name (a cap, a channel count)
+        may differ too: a guess, right for a small move (the model's), not for a sweep across a range,
+        and never for a parallel size, which splits the weights over more GPUs.
         """
         for t in finished(trials):
             if t.constraints.get(Constraint.CRASHED, 0) > 0 and failure_kind(t) == "oom":
-                hints = failure_hints(t, self.dists)
-                if hints and not same_config(t.params, config) and against_advice(config, t.params, hints):
+                hints = self._hints_of(t)
+                free = [n for n, d in self.dists.items() if numbers_free and n not in hints
+                        and n not in LAYOUT_FLAGS and not isinstance(d, CategoricalDistribution)]
+                if hints and not same_config(t.params, config) and against_advice(config, t.params, hints, free):
                     return t
         return None
 

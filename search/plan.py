@@ -125,6 +125,12 @@ class History:
     def known_crashes(self) -> dict[str, list[Any]]:
         return {} if self.memory is None else self.memory.known_crashes(self.trials)
 
+    def past_oom(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` asks more memory than a config that ran out, whatever its cap or other
+        numbers (`Memory.past_oom` with ``numbers_free``: for small moves, the model's)."""
+        return (self.memory is not None and self.settings.model_past_oom
+                and self.memory.past_oom(self.trials, config, numbers_free=True) is not None)
+
     @functools.cached_property
     def centre(self) -> tuple[dict[str, Any], bool]:
         """The config the next moves vary, and whether it is known to work.
@@ -505,7 +511,8 @@ def model(h: History) -> Iterator[Batch]:
     candidates: list[dict[str, Any]] = []
     for i in range(h.settings.model_candidates):
         c = h.active(perturb(h, tops[i % len(tops)], rng))
-        if not any(same_config(c, x) for x in [*tried, *candidates]) and crashed_choice(c, h.known_crashes) is None:
+        if (not any(same_config(c, x) for x in [*tried, *candidates]) and crashed_choice(c, h.known_crashes) is None
+                and not h.past_oom(c)):
             candidates.append(c)
     if candidates:
         gain = gp.expected_improvement(candidates, float(means.max()))

@@ -47,6 +47,7 @@ class Settings:
     model_candidates: int = 256  # changes of the best configs the model's proposal is chosen among
     model_step: float = 0.1  # their numeric moves: a normal step of this fraction of the range
     model_tops: int = 3  # the best configs (by the model) the candidates change
+    model_past_oom: bool = True  # the model skips candidates asking more memory than an OOM crash, any cap
     plan_off: tuple[str, ...] = ()  # sources of the plan left out (PLAN_SOURCES; ``--settings plan_off=revisit,model``)
     startup_trials: int = 5  # the TPE / GP samplers' random trials (the baseline and sweep seed them)
     # -- the crash and repeat memory

@@ -305,6 +305,12 @@ def test_a_config_asking_more_memory_than_one_that_ran_out_is_a_known_crash() ->
     assert reason(**{"--mem-fraction-static": 0.93, "--disable-cuda-graph": True}) is None
     assert reason(**{"--mem-fraction-static": 0.93, "--moe-runner-backend": "triton"}) is None
     assert reason(**{"--mem-fraction-static": 0.93, "NCCL_MIN_NCHANNELS": 8}) is None
+    # The model's small moves read the numbers the advice leaves out (a channel count, a cap) as free,
+    # the choices (backend, graphs) not: 0.93 runs out at 8 channels too, on triton it may not.
+    history = strategy.history(study)
+    assert history.past_oom(history.active({**crashed, "--mem-fraction-static": 0.93, "NCCL_MIN_NCHANNELS": 8}))
+    assert not history.past_oom(history.active({**crashed, "--mem-fraction-static": 0.91, "NCCL_MIN_NCHANNELS": 8}))
+    assert not history.past_oom(history.active({**crashed, "--mem-fraction-static": 0.93, "--moe-runner-backend": "triton"}))
 
 
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
@@ -781,3 +787,34 @@ def test_a_goodput_objective_is_pruned_on_goodput_and_not_on_tok_s_targets() -> 
     slow = study.ask()
     assert strategy.on_level(study, slow, 0, 64, 4.0) is False
     assert slow.user_attrs["pruned_because"] == "4.00 req/s, under 60% of the best 11.00 at 64"
+
+
+def test_the_model_proposes_nothing_past_a_memory_fraction_that_ran_out() -> None:
+    """Throughput climbs with the memory fraction up to an edge at 0.90 where graph capture runs
+    out, at any cap or channel count. Fitted on working configs only, the model's expected gain is
+    highest just past that edge; once a config of some choices ran out there, no model proposal of
+    those choices asks as much memory again, whatever its cap or channels."""
+    space, strategy, study = _started()
+    oom = _oom(SEED_OOM_ADVICE)
+    for _ in range(60):
+        trial, config = strategy.ask(study)
+        if config["--mem-fraction-static"] > 0.90 + 1e-9:
+            strategy.tell(study, trial, "crashed", failure=oom)
+            continue
+        memory = 1.0 + 4 * (config["--mem-fraction-static"] - 0.80)
+        for step, concurrency in enumerate(LADDER):
+            running = min(concurrency, config["--max-running-requests"])
+            strategy.on_level(study, trial, step, concurrency, 3000.0 * memory * running / (running + 300))
+        strategy.tell(study, trial, "completed", objective=3000.0 * memory)
+    trials = [t for t in study.trials if "skipped" not in t.user_attrs]
+    model = [t for t in trials if t.user_attrs.get("strategy") == "model"]
+    assert model, "the model never proposed"
+    choices = ("--disable-cuda-graph", "--moe-runner-backend")
+    for t in model:
+        if t.user_attrs.get("outcome") != "crashed":
+            continue
+        earlier = [e for e in trials if e.number < t.number and e.user_attrs.get("outcome") == "crashed"
+                   and all(e.params.get(n) == t.params.get(n) for n in choices)
+                   and e.params["--mem-fraction-static"] <= t.params["--mem-fraction-static"]
+                   and e.params.get("--cuda-graph-max-bs-decode", 0) <= t.params.get("--cuda-graph-max-bs-decode", 0)]
+        assert not earlier, f"model trial {t.number} asked more memory than crashed trial {earlier[0].number}"
