@@ -112,7 +112,8 @@ class Memory:
             config = suggest(trial)
             if skips == self.settings.max_skips or trial.user_attrs.get(Attr.PLAN) in _ALWAYS:
                 break
-            reason = self.reason(study.get_trials(deepcopy=False), config, asking=trial.number)
+            reason = self.reason(study.get_trials(deepcopy=False), config, asking=trial.number,
+                                 numbers_free=self.settings.sampler_past_oom and Attr.PLAN not in trial.user_attrs)
             if reason is None:
                 break
             self._tell_skipped(study, trial, reason)
@@ -159,15 +160,16 @@ class Memory:
                     return t
         return None
 
-    def reason(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any], asking: int | None = None) -> str | None:
+    def reason(self, trials: Sequence[FrozenTrial], config: Mapping[str, Any], asking: int | None = None,
+               numbers_free: bool = False) -> str | None:
         """Why ``config`` should not run, by the study's ``trials``: a known crash, or the config of a
         finished, running or waiting trial (parallel asks see each other's configs only through this: GPSampler has no
         constant liar; a retry waits with the config of a lost trial, which a planned move may
-        repeat). ``asking`` is the trial being asked, itself running."""
+        repeat). ``asking`` is the trial being asked, itself running; ``numbers_free`` as in `past_oom`."""
         name = crashed_choice(config, self.known_crashes(trials))
         if name is not None:
             return f"{name}={config[name]!r} crashed when the sweep tried it alone"
-        oom = self.past_oom(trials, config)
+        oom = self.past_oom(trials, config, numbers_free)
         if oom is not None:
             return f"crashed: asks more memory than trial {oom.number}, which ran out"
         for t in finished(trials):

@@ -48,6 +48,7 @@ class Settings:
     model_step: float = 0.1  # their numeric moves: a normal step of this fraction of the range
     model_tops: int = 3  # the best configs (by the model) the candidates change
     model_past_oom: bool = True  # the model skips candidates asking more memory than an OOM crash, any cap
+    sampler_past_oom: bool = True  # ... and the sampler's proposals that do are told crashed without running
     plan_off: tuple[str, ...] = ()  # sources of the plan left out (PLAN_SOURCES; ``--settings plan_off=revisit,model``)
     startup_trials: int = 5  # the TPE / GP samplers' random trials (the baseline and sweep seed them)
     # -- the crash and repeat memory

@@ -312,6 +312,16 @@ def test_a_config_asking_more_memory_than_one_that_ran_out_is_a_known_crash() ->
     assert not history.past_oom(history.active({**crashed, "--mem-fraction-static": 0.91, "NCCL_MIN_NCHANNELS": 8}))
     assert not history.past_oom(history.active({**crashed, "--mem-fraction-static": 0.93, "--moe-runner-backend": "triton"}))
 
+    # So do the sampler's own proposals (a planned sweep's are matched exactly): one asking 0.93 at
+    # another cap is told crashed without running, and the next proposal runs.
+    past = history.active({**crashed, "--mem-fraction-static": 0.93, "--max-running-requests": 512})
+    proposals = iter([past, history.active({**crashed, "--mem-fraction-static": 0.90})])
+    trial, config = strategy.memory.ask(study, lambda _trial: next(proposals))
+    told = study.get_trials()[-2]
+    assert config["--mem-fraction-static"] == 0.90 and told.number == trial.number - 1
+    assert told.state == TrialState.PRUNED and "ran out" in told.user_attrs["skipped"]
+    assert reason(**{"--mem-fraction-static": 0.93, "--max-running-requests": 512}) is None
+
 
 def test_a_move_from_a_crashing_baseline_teaches_no_known_crash() -> None:
     """The baseline's backend fails, so its screens crash too until one changes the backend: those
