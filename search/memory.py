@@ -98,6 +98,8 @@ class Memory:
         self.dists = dists
         self.settings = settings
         self._hints: dict[int, dict[str, tuple[str, Any]]] = {}  # a finished trial's failure hints, by number
+        # the numbers `past_oom` may leave free: not a choice, not a parallel size
+        self._numbers = [n for n, d in dists.items() if n not in LAYOUT_FLAGS and not isinstance(d, CategoricalDistribution)]
 
     def _hints_of(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
         if trial.number not in self._hints:
@@ -148,14 +150,14 @@ class Memory:
         backend's or cap's own buffers move the threshold. Without this the sweep's second pass
         tried 0.89 right after 0.88 ran out, and repaired it too: four trials on tuning landscapes.
         With ``numbers_free`` the numeric flags the advice does not name (a cap, a channel count)
-        may differ too: a guess, right for a small move (the model's), not for a sweep across a range,
-        and never for a parallel size, which splits the weights over more GPUs.
+        may differ too: a guess, used for the model's small moves and the sampler's proposals, not
+        for a planned sweep, whose one-flag cap move is what may move the edge; and never for a
+        parallel size, which splits the weights over more GPUs.
         """
         for t in finished(trials):
             if t.constraints.get(Constraint.CRASHED, 0) > 0 and failure_kind(t) == "oom":
                 hints = self._hints_of(t)
-                free = [n for n, d in self.dists.items() if numbers_free and n not in hints
-                        and n not in LAYOUT_FLAGS and not isinstance(d, CategoricalDistribution)]
+                free = [n for n in self._numbers if n not in hints] if numbers_free else []
                 if hints and not same_config(t.params, config) and against_advice(config, t.params, hints, free):
                     return t
         return None
