@@ -128,3 +128,31 @@ def test_runs_made_apart_are_summarized_side_by_side(tmp_path: Path) -> None:
     other.write_text(_line("generated:100", 80, random=(70, None, 9.0)) + "\n")
     with pytest.raises(SystemExit, match="ran 80 trials x 2 seeds, another file 60 x 2"):
         bench.merged([ours, other])
+
+
+def test_the_benchmark_s_noise_follows_the_config_not_the_trials_before_it(problem: object, tmp_path: Path) -> None:
+    """Common random numbers: a config's n-th run draws the same noise whatever ran before it, so two
+    variants of the strategy differ on a landscape by what they try, not by the noise they drew."""
+    from bench_runner import LandscapeRunner  # on sys.path once bench_search is imported
+
+    from search.runner import Hooks, Job
+
+    land = generator.make(3)
+    sim = bench.Simulator(problem, land)
+    base = dict(problem.space.baseline)  # type: ignore[attr-defined]
+    other = {**base, "--max-running-requests": 4096}
+
+    def levels(order: list[dict[str, object]], seed: int = 0) -> list[list[float]]:
+        runner = LandscapeRunner(sim, land.noise, seed)
+        out = []
+        for config in order:
+            runner.start(Job(problem.space, dict(config), "m", tmp_path), Hooks())  # type: ignore[attr-defined]
+            [(_, result)] = runner.wait(0.0)
+            out.append([lv.output_throughput for lv in result.levels])
+        return out
+
+    first = levels([base, base, other])
+    later = levels([other, base, base])
+    assert first[0] == later[1] and first[1] == later[2] and first[2] == later[0]
+    assert first[0] != first[1]  # a config run again draws new noise
+    assert levels([base], seed=1)[0] != first[0]  # and another study seed, other noise
