@@ -231,6 +231,11 @@ def repairs(h: History) -> Iterator[Batch]:
     advice names alone means the fix is its own value, which the sweep tries). A repair that
     crashed too moves its parameter one more grid step the same way, up to ``repair_steps``.
     Done as soon as the crash is seen: the move may be the biggest win of the space.
+
+    Not for a screen whose failure's first fix is undoing the screen's own move (the memory
+    fraction's top end ran out of memory: "set --mem-fraction-static to a smaller value" comes
+    first): no other flag makes that value fit, and the sweep's grid closes in on the edge anyway
+    (``Settings.screen_repairs`` turns these repairs back on).
     """
     centre, working_ = h.centre
     if not working_:
@@ -240,6 +245,9 @@ def repairs(h: History) -> Iterator[Batch]:
         if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                 or name not in t.params or centre.get(name) == t.params[name]):
             continue
+        if (not h.settings.screen_repairs and t.user_attrs.get(Attr.SWEEP_PASS) == SCREEN_PASS
+                and next(iter(h.hints(t)), None) == name):
+            continue  # the failure's first fix is undoing the screen's own move: the grid closes in
         key = f"{name}={t.params[name]!r}"
         tries = [r for r in h.finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
         if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in tries):

@@ -36,6 +36,7 @@ class Settings:
     noise_margin: float = 0.04  # a change moves the centre only if it wins by more (measurements vary ~2-3%)
     max_partners: int = 4  # repairs tried per move that crashed
     repair_steps: int = 2  # grid steps an advised parameter moves at most
+    screen_repairs: bool = False  # repair a screen whose failure's first fix is undoing it (False: the grid closes in)
     repair_points: int = 5  # grid points a repair's step is taken on
     revisit_margin: float = 0.02  # a one-flag win by this much is tried again once the centre has moved
     close: float = 1 / 8  # a sweep skips a value within this fraction of the range of the centre's

@@ -26,7 +26,7 @@ from tests.strategy.test_generator import ROOT, SPACE, bench, generator
 
 PINNED = Path(__file__).with_name("pinned_proposals.json")
 # (name, landscape: a generated seed or a hand-written file, trials): between them every source of
-# the plan runs (generated 8: cap reads, repairs; 12: the second pass, skipped proposals;
+# the plan runs (generated 8: cap reads; 12: repairs, the second pass, skipped proposals;
 # backend_crash: a crashing baseline, the combined move, a revisit, the model, the sampler).
 CASES: list[tuple[str, int | str, int]] = [
     ("generated-8", 8, 20),

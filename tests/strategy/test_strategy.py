@@ -451,6 +451,29 @@ def test_a_move_that_runs_out_of_memory_is_repaired_at_once_the_way_the_advice_s
     assert nxt.user_attrs["strategy"] == "sweep" and nxt.user_attrs["sweep_param"] != "--max-running-requests"
 
 
+def _after_screen_crashes(param: str, settings: Settings) -> str:
+    """The plan's tag of the trial after ``param``'s screen ran out of memory (every other trial
+    completes at 900 tok/s)."""
+    _, strategy, study = _started(settings)
+    while True:
+        trial, _ = strategy.ask(study)
+        if trial.user_attrs.get("sweep_param") == param and trial.user_attrs.get("sweep_pass") == -1:
+            strategy.tell(study, trial, "crashed", failure=_oom(SEED_OOM_ADVICE))
+            break
+        strategy.tell(study, trial, "completed", objective=900.0)
+    return str(strategy.ask(study)[0].user_attrs["strategy"])
+
+
+@pytest.mark.parametrize(("param", "repaired"), [("--mem-fraction-static", False), ("--cuda-graph-max-bs-decode", True)])
+def test_a_screen_whose_failure_first_advises_undoing_it_is_not_repaired(param: str, repaired: bool) -> None:
+    """The memory fraction's screen (its top end) ran out of memory, and SGLang's first fix is a smaller
+    memory fraction: no repair keeps that value (in traces of tuning landscapes, 91 of 92 such repairs
+    ran out too); the grid closes in instead. A graph batch's screen that ran out is repaired as
+    before, since the first fix is another flag's (a smaller memory fraction leaves the graphs room)."""
+    assert _after_screen_crashes(param, Settings(screen_repairs=True)) == Plan.PARTNER
+    assert (_after_screen_crashes(param, DEFAULT) == Plan.PARTNER) == repaired
+
+
 def test_an_oom_that_names_no_flag_gets_sglangs_usual_advice() -> None:
     space, strategy, study = _started()
     trial, _ = strategy.ask(study)
