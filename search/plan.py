@@ -234,8 +234,9 @@ def repairs(h: History) -> Iterator[Batch]:
 
     Not for a screen whose failure's first fix is undoing the screen's own move (the memory
     fraction's top end ran out of memory: "set --mem-fraction-static to a smaller value" comes
-    first): no other flag makes that value fit, and the sweep's grid closes in on the edge anyway
-    (``Settings.screen_repairs`` turns these repairs back on).
+    first): another flag seldom makes that value fit (in traces, 91 of 92 such repairs ran out
+    too), and the sweep's grid closes in on the edge anyway (``Settings.screen_repairs`` turns
+    these repairs back on).
     """
     centre, working_ = h.centre
     if not working_:
