@@ -246,15 +246,16 @@ def repairs(h: History) -> Iterator[Batch]:
         if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                 or name not in t.params or centre.get(name) == t.params[name]):
             continue
+        hints = h.hints(t)
         if (not h.settings.screen_repairs and t.user_attrs.get(Attr.SWEEP_PASS) == SCREEN_PASS
-                and next(iter(h.hints(t)), None) == name):
+                and next(iter(hints), None) == name):
             continue  # the failure's first fix is undoing the screen's own move: the grid closes in
         key = f"{name}={t.params[name]!r}"
         tries = [r for r in h.finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
         if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in tries):
             continue  # a repair that kept the crashed value ran (graphs off would not count): done
         moves = []
-        for q, hint in h.hints(t).items():
+        for q, hint in hints.items():
             if q == name or q not in centre:
                 continue
             tried = [r.params[q] for r in tries if q in r.params and r.params[q] != centre[q]]
