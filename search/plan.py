@@ -17,7 +17,13 @@ Plain TPE knows nothing about our problem; the plan adds what we know:
 - a move that crashes is repaired at once with what its failure advises (``repairs``): the log
   watcher keeps SGLang's advice lines ("set --mem-fraction-static to a smaller value"), and a
   failure that names no flag gets SGLang's usual advice for its kind (``signatures/advice.yaml``);
-  the advised parameter moves one grid step that way (two if the first repair crashes too);
+  the advised parameter moves one grid step that way (two if the first repair crashes too); not a
+  move whose failure's first fix is undoing it (the memory fraction's top end out of memory), which
+  the edge bisection closes in on instead;
+- where a numeric parameter gains toward a value that crashed past an out-of-memory edge (a memory
+  fraction), the midpoint between the best value and that crash runs next, until one step is left
+  (``edge``); the sweeps skip values at or past such a crash, and later passes a value past one
+  of the centre's line that lost beyond noise;
 - when the centre moves, each one-flag change that won on an earlier centre is tried on the new one
   (``revisit``; once: a change whose revisit lost is not tried again);
 - the running-batch cap is read off the ladder (``cap_read``): a level runs min(concurrency, cap)
@@ -184,6 +190,15 @@ class History:
     def hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
         return failure_hints(trial, self.dists)
 
+    def line(self, centre: Mapping[str, Any], name: str) -> dict[Any, float]:
+        """What each value of ``name`` reached on the centre's line: the working trials that differ
+        from ``centre`` in that parameter alone (the centre's own value included), best run each."""
+        points: dict[Any, float] = {}
+        for t in self.working:
+            if name in t.params and same_config({**t.params, name: centre[name]}, centre):
+                points[t.params[name]] = max(points.get(t.params[name], 0.0), score(t) or 0.0)
+        return points
+
 
 def score(trial: FrozenTrial) -> float | None:
     """What a finished trial reached: its value, or its best level if pruned; None if it crashed."""
@@ -232,11 +247,11 @@ def repairs(h: History) -> Iterator[Batch]:
     crashed too moves its parameter one more grid step the same way, up to ``repair_steps``.
     Done as soon as the crash is seen: the move may be the biggest win of the space.
 
-    Not for a screen whose failure's first fix is undoing the screen's own move (the memory
-    fraction's top end ran out of memory: "set --mem-fraction-static to a smaller value" comes
-    first): another flag seldom makes that value fit (in traces, 91 of 92 such repairs ran out
-    too), and the sweep's grid closes in on the edge anyway (``Settings.screen_repairs`` turns
-    these repairs back on).
+    Not for a screen or sweep move whose failure's first fix is undoing the move itself (the
+    memory fraction's top end ran out of memory: "set --mem-fraction-static to a smaller value"
+    comes first): another flag seldom makes a value that far past the edge fit (in traces, 91 of 92
+    such repairs of the screen ran out too), and `edge` bisects toward it instead
+    (``Settings.undo_repairs`` repairs them too).
     """
     centre, working_ = h.centre
     if not working_:
@@ -247,9 +262,8 @@ def repairs(h: History) -> Iterator[Batch]:
                 or name not in t.params or centre.get(name) == t.params[name]):
             continue
         hints = h.hints(t)
-        if (not h.settings.screen_repairs and t.user_attrs.get(Attr.SWEEP_PASS) == SCREEN_PASS
-                and next(iter(hints), None) == name):
-            continue  # the failure's first fix is undoing the screen's own move: the grid closes in
+        if not h.settings.undo_repairs and t.user_attrs.get(Attr.SWEEP_PASS) is not None and next(iter(hints), None) == name:
+            continue  # the failure's first fix is undoing the move itself: the edge bisection closes in
         key = f"{name}={t.params[name]!r}"
         tries = [r for r in h.finished if r.user_attrs.get(Attr.PARTNER_OF) == key]
         if any(r.constraints.get(Constraint.CRASHED, 0) <= 0 and r.params.get(name) == t.params[name] for r in tries):
@@ -265,6 +279,67 @@ def repairs(h: History) -> Iterator[Batch]:
             if value is not None:
                 moves.append({**centre, name: t.params[name], q: value})
         yield Batch(moves[:h.settings.max_partners], {Attr.PLAN: Plan.PARTNER, Attr.PARTNER_OF: key})
+
+
+def edge(h: History) -> Iterator[Batch]:
+    """Bisect toward the out-of-memory edge of a numeric parameter while the line toward it gains.
+
+    A memory fraction pays up to where it runs out of memory (more KV cache, a later knee), and
+    that edge moves with the graph batch and the backend: the coarse grid lands well short of it,
+    and the halving neighbours take several trials, half of them on the side that loses. A one-flag
+    move of that parameter that crashed with its failure's first fix undoing it ("set
+    --mem-fraction-static to a smaller value": `edge_crashes`) bounds the centre's line
+    (`History.line`). The midpoint between the line's best value
+    and the nearest such crash runs next, as long as that best value beat its neighbour away from
+    the crash beyond the noise margin (an edge that holds no gain costs nothing) and nothing on the
+    line lies between them; it stops at the parameter's step, or within ``read_close`` of the range.
+    """
+    centre, working_ = h.centre
+    if not working_:
+        return
+    for name, dist in h.dists.items():
+        if name not in centre or not isinstance(dist, (IntDistribution, FloatDistribution)):
+            continue
+        points = h.line(centre, name)
+        if not points:
+            continue
+        best = max(points, key=lambda v: points[v])
+        for side in (-1, 1):
+            past = [x for x, how in edge_crashes(h, name) if _back_toward((x, how), best) and (x - best) * side > 0]
+            behind = [v for v in points if (v - best) * side < 0]
+            if not past or not behind:
+                continue
+            crash = min(past, key=lambda x: abs(x - best))
+            if (any((v - best) * side > 0 and (crash - v) * side > 0 for v in points)
+                    or points[min(behind, key=lambda v: abs(v - best))] >= points[best] * (1.0 - h.settings.noise_margin)):
+                continue  # probed between already, or nothing gained on the way toward the crash
+            to = scale(dist)
+            mid = snap(dist, unscale(dist)((to(best) + to(crash)) / 2.0))
+            if mid not in (best, crash) and not close_in(dist, best, crash, h.settings.read_close):
+                yield Batch([{**centre, name: mid}], {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: name, Attr.SWEEP_PASS: "edge",
+                                                      Attr.SWEEP_FROM_WORKING: True, Attr.CENTRE_SCORE: h.centre_score(centre),
+                                                      Attr.SWEEP_FROM: centre[name]})
+
+
+def edge_crashes(h: History, name: str) -> list[tuple[Any, str]]:
+    """(value, "down" or "up") of each one-flag move of ``name`` from a working centre that crashed
+    with its failure's first fix undoing it, and the way that fix points ("set
+    --mem-fraction-static to a smaller value": down). The edge is taken to hold whatever the
+    other flags: a guess (a graph batch moves it), which the edge's own crashes correct."""
+    found = []
+    for t in h.finished:
+        if (t.constraints.get(Constraint.CRASHED, 0) > 0 and t.user_attrs.get(Attr.SWEEP_PARAM) == name
+                and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and name in t.params):
+            hints = h.hints(t)
+            if next(iter(hints), None) == name and hints[name][0] in ("down", "up"):
+                found.append((t.params[name], hints[name][0]))
+    return found
+
+
+def _back_toward(crash: tuple[Any, str], value: Any) -> bool:
+    """Whether a crash's advice points from its value back toward ``value`` (it lies past an edge from it)."""
+    x, how = crash
+    return bool(how == "down" and x > value or how == "up" and x < value)
 
 
 def revisit(h: History) -> Iterator[Batch]:
@@ -406,9 +481,11 @@ def sweep_values(h: History, centre: Mapping[str, Any], name: str, sweep_pass: i
     neighbours (later passes), less what earlier trials already tell.
 
     Each trial costs a server start, so every pass drops caps the centre's own ladder already
-    measured (`cap_unread`), and pass 0 drops a grid value within ``close`` of the centre's (the
-    centre measured it) and one that lost by more than ``lost_margin`` as the only change from an
-    earlier centre (a far bound that halved throughput will not win on the next).
+    measured (`cap_unread`) and values at or past an out-of-memory edge of their own
+    (`edge_crashes`: `edge` closes in on it); pass 0 drops a grid value within ``close`` of the
+    centre's (the centre measured it) and one that lost by more than ``lost_margin`` as the only
+    change from an earlier centre (a far bound that halved throughput will not win on the next);
+    later passes drop a value past one of the centre's line that lost beyond noise (`past_a_loss`).
     """
     dist = h.dists[name]
     values = grid_values(dist, h.settings.numeric_points) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
@@ -417,7 +494,20 @@ def sweep_values(h: History, centre: Mapping[str, Any], name: str, sweep_pass: i
     if sweep_pass == 0 and not isinstance(dist, CategoricalDistribution):
         gone = lost(h, name)
         values = [v for v in values if v not in gone and not close_in(dist, v, centre[name], h.settings.close)]
+    if h.settings.skip_past and not isinstance(dist, CategoricalDistribution):
+        crashes = [x for x, how in edge_crashes(h, name) if _back_toward((x, how), centre[name])]
+        values = [v for v in values if not any((v - x) * (x - centre[name]) >= 0 for x in crashes)
+                  and not (sweep_pass > 0 and past_a_loss(h, centre, name, v))]
     return [v for v in values if v != centre[name]]
+
+
+def past_a_loss(h: History, centre: Mapping[str, Any], name: str, value: Any) -> bool:
+    """Whether a value of the centre's line between the centre's and ``value`` lost to the centre by
+    more than the noise margin: with one peak along the line, ``value`` loses too (a neighbour
+    below a memory fraction the study already moved up from)."""
+    c, ref = centre[name], h.centre_score(centre)
+    return any(got < ref * (1.0 - h.settings.noise_margin) and (w - c) * (value - w) > 0
+               for w, got in h.line(centre, name).items())
 
 
 def cap_unread(h: History, centre: Mapping[str, Any], values: list[Any]) -> list[Any]:
@@ -557,6 +647,7 @@ def sources(h: History) -> Iterator[tuple[str, Iterable[Batch]]]:
     """
     yield "crash_fix", crash_fix(h)
     yield "repairs", repairs(h)
+    yield "edge", edge(h)
     yield "revisit", revisit(h)
     yield "cap_read", cap_read(h)
     yield "screen", screen(h)

@@ -17,7 +17,7 @@ from search.errors import BadInput
 
 # The sources of the plan (`search.plan`) that ``Settings.plan_off`` can leave out, each alone; the
 # screen is switched by ``Settings.screen`` (off, the sweep takes every parameter instead).
-PLAN_SOURCES: tuple[str, ...] = ("crash_fix", "repairs", "revisit", "cap_read", "sweep", "fine_cap_read", "inactive",
+PLAN_SOURCES: tuple[str, ...] = ("crash_fix", "repairs", "edge", "revisit", "cap_read", "sweep", "fine_cap_read", "inactive",
                                  "combine", "unordered", "model")
 
 
@@ -36,7 +36,10 @@ class Settings:
     noise_margin: float = 0.04  # a change moves the centre only if it wins by more (measurements vary ~2-3%)
     max_partners: int = 4  # repairs tried per move that crashed
     repair_steps: int = 2  # grid steps an advised parameter moves at most
-    screen_repairs: bool = False  # repair a screen whose failure's first fix is undoing it (False: the grid closes in)
+    undo_repairs: bool = False  # repair a screen or sweep move whose failure's first fix is undoing it (False: the edge closes in)
+    # a sweep skips values at or past an out-of-memory edge of their own, and (later passes) past a
+    # value of the centre's line that lost beyond noise
+    skip_past: bool = True
     repair_points: int = 5  # grid points a repair's step is taken on
     revisit_margin: float = 0.02  # a one-flag win by this much is tried again once the centre has moved
     close: float = 1 / 8  # a sweep skips a value within this fraction of the range of the centre's

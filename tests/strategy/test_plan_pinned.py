@@ -4,8 +4,8 @@ what it proposed when `tests/strategy/pinned_proposals.json` was recorded.
 Refactors of the plan (moving its sources, the settings, the memory) must not change what a study
 tries; a change of behaviour is measured on the benchmark first, then recorded here on purpose
 (``PYTHONPATH=. python3 tests/strategy/test_plan_pinned.py`` rewrites the file). The cases cover
-every source of the plan: screens, sweeps, repairs, revisits, the combined move, both cap reads,
-the model, the sampler and a crashing baseline.
+every source of the plan: screens, sweeps, repairs, the edge bisection, revisits, the combined
+move, the cap read off the ladder, the model, the sampler and a crashing baseline.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from tests.strategy.test_generator import ROOT, SPACE, bench, generator
 
 PINNED = Path(__file__).with_name("pinned_proposals.json")
 # (name, landscape: a generated seed or a hand-written file, trials): between them every source of
-# the plan runs (generated 8: cap reads; 12: repairs, the second pass, skipped proposals;
-# backend_crash: a crashing baseline, the combined move, a revisit, the model, the sampler).
+# the plan runs (generated 8: cap reads; 12: the edge bisection, skipped proposals; 14: repairs;
+# backend_crash: a crashing baseline, the second pass, the combined move, a revisit, the model, the sampler).
 CASES: list[tuple[str, int | str, int]] = [
     ("generated-8", 8, 20),
     ("generated-12", 12, 32),
+    ("generated-14", 14, 10),
     ("backend_crash", "scripts/landscapes/backend_crash.py", 28),
 ]
 

@@ -470,7 +470,7 @@ def test_a_screen_whose_failure_first_advises_undoing_it_is_not_repaired(param: 
     memory fraction: no repair keeps that value (in traces of tuning landscapes, 91 of 92 such repairs
     ran out too); the grid closes in instead. A graph batch's screen that ran out is repaired as
     before, since the first fix is another flag's (a smaller memory fraction leaves the graphs room)."""
-    assert _after_screen_crashes(param, Settings(screen_repairs=True)) == Plan.PARTNER
+    assert _after_screen_crashes(param, Settings(undo_repairs=True)) == Plan.PARTNER
     assert (_after_screen_crashes(param, DEFAULT) == Plan.PARTNER) == repaired
 
 
@@ -851,3 +851,66 @@ def test_the_model_proposes_nothing_past_a_memory_fraction_that_ran_out() -> Non
                    and e.params["--mem-fraction-static"] <= t.params["--mem-fraction-static"]
                    and e.params.get("--cuda-graph-max-bs-decode", 0) <= t.params.get("--cuda-graph-max-bs-decode", 0)]
         assert not earlier, f"model trial {t.number} asked more memory than crashed trial {earlier[0].number}"
+
+
+MEM = "--mem-fraction-static"
+
+
+def _edge_study(gain: float, settings: Settings = DEFAULT, n_trials: int = 24) -> list[tuple[str, float, bool]]:
+    """(sweep pass, memory fraction, crashed) of each trial of a study where only the memory fraction
+    matters: ``gain`` tok/s per 0.01 of it, and it runs out of memory in graph capture above 0.93."""
+    _, strategy, study = _started(settings)
+    seen = []
+    for _ in range(n_trials):
+        trial, config = strategy.ask(study)
+        mem = config[MEM]
+        if mem > 0.93 + 1e-9:
+            strategy.tell(study, trial, "crashed", failure=_oom(SEED_OOM_ADVICE))
+        else:
+            strategy.tell(study, trial, "completed", objective=1000.0 + gain * round((mem - 0.80) * 100))
+        seen.append((str(trial.user_attrs.get("sweep_pass")), mem, mem > 0.93 + 1e-9))
+    return seen
+
+
+def test_the_memory_fraction_is_bisected_up_to_its_edge_while_it_keeps_gaining() -> None:
+    """Throughput grows with the memory fraction (more KV cache) up to an out-of-memory edge at 0.93.
+    The sweep's grid finds the top end crashing (SGLang's first advice: a smaller fraction; not
+    repaired) and the baseline's value winning over the bottom end; the edge source then halves the
+    gap between the best value and the nearest crash until one step is left, so 0.93 runs right
+    after the grid instead of whenever the sampler happens on it. Without a gain toward the crash
+    there is nothing to bisect."""
+    seen = _edge_study(gain=40.0)
+    first = next(i for i, (p, _, _) in enumerate(seen) if p == "edge")
+    assert seen[first - 1] == ("0", 0.95, True)  # right after the grid's crash, no repairs of it between
+    assert [(mem, crashed) for p, mem, crashed in seen if p == "edge"] == [(0.91, False), (0.93, False), (0.94, True)]
+    without = _edge_study(gain=40.0, settings=Settings(plan_off=("edge",)))
+    assert seen.index(("edge", 0.93, False)) < min(i for i, (_, mem, c) in enumerate(without) if mem == 0.93 and not c)
+    assert all(p != "edge" for p, _, _ in _edge_study(gain=0.0))
+
+
+def test_a_sweep_skips_values_past_an_edge_or_past_a_loss_on_the_centres_line() -> None:
+    """The centre's memory fraction of 0.88 beat 0.86 by 24%, and 0.95 ran out of memory (SGLang's
+    first fix: a smaller fraction). The first pass's grid (0.80, 0.875, 0.95) leaves out the crash
+    (the edge source closes in on it); the second pass's neighbour below the centre (0.84) lies past
+    the loss, so only the one above (0.92) is tried. ``skip_past=False`` tries them all."""
+    from search.plan import History
+
+    def values(settings: Settings, sweep_pass: int) -> list[object]:
+        strategy = Strategy(FixtureSpace(), seed=0, settings=settings)
+        study = _study(strategy)
+        for change, value in (({}, 1000.0), ({MEM: 0.86}, 760.0), ({MEM: 0.95}, None)):
+            study.enqueue_trial({**FixtureSpace.baseline, **change},
+                                user_attrs={Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: MEM, Attr.SWEEP_PASS: 0,
+                                            Attr.SWEEP_FROM_WORKING: True, Attr.CENTRE_SCORE: 1000.0})
+            trial = study.ask()
+            FixtureSpace().suggest(trial)
+            if value is None:
+                strategy.tell(study, trial, "crashed", failure=_oom(SEED_OOM_ADVICE))
+            else:
+                strategy.tell(study, trial, "completed", objective=value)
+        h: History = strategy.history(study)
+        return sweep_values(h, h.centre[0], MEM, sweep_pass)
+    assert values(DEFAULT, 0) == [0.8]  # 0.875 is next to the centre's 0.88
+    assert values(Settings(skip_past=False), 0) == [0.8, 0.95]
+    assert values(DEFAULT, 1) == [0.92]
+    assert values(Settings(skip_past=False), 1) == [0.84, 0.92]
