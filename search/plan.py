@@ -304,8 +304,9 @@ def edge(h: History) -> Iterator[Batch]:
         if not points:
             continue
         best = max(points, key=lambda v: points[v])
+        crashes = [x for x, how in edge_crashes(h, name) if _back_toward((x, how), best)]
         for side in (-1, 1):
-            past = [x for x, how in edge_crashes(h, name) if _back_toward((x, how), best) and (x - best) * side > 0]
+            past = [x for x in crashes if (x - best) * side > 0]
             behind = [v for v in points if (v - best) * side < 0]
             if not past or not behind:
                 continue
@@ -485,7 +486,7 @@ def sweep_values(h: History, centre: Mapping[str, Any], name: str, sweep_pass: i
     (`edge_crashes`: `edge` closes in on it); pass 0 drops a grid value within ``close`` of the
     centre's (the centre measured it) and one that lost by more than ``lost_margin`` as the only
     change from an earlier centre (a far bound that halved throughput will not win on the next);
-    later passes drop a value past one of the centre's line that lost beyond noise (`past_a_loss`).
+    later passes drop a value past one of the centre's line that lost beyond noise (`lost_on_line`).
     """
     dist = h.dists[name]
     values = grid_values(dist, h.settings.numeric_points) if sweep_pass == 0 else neighbours(dist, centre[name], sweep_pass)
@@ -496,18 +497,18 @@ def sweep_values(h: History, centre: Mapping[str, Any], name: str, sweep_pass: i
         values = [v for v in values if v not in gone and not close_in(dist, v, centre[name], h.settings.close)]
     if h.settings.skip_past and not isinstance(dist, CategoricalDistribution):
         crashes = [x for x, how in edge_crashes(h, name) if _back_toward((x, how), centre[name])]
+        losses = lost_on_line(h, centre, name) if sweep_pass > 0 else []
         values = [v for v in values if not any((v - x) * (x - centre[name]) >= 0 for x in crashes)
-                  and not (sweep_pass > 0 and past_a_loss(h, centre, name, v))]
+                  and not any((w - centre[name]) * (v - w) > 0 for w in losses)]
     return [v for v in values if v != centre[name]]
 
 
-def past_a_loss(h: History, centre: Mapping[str, Any], name: str, value: Any) -> bool:
-    """Whether a value of the centre's line between the centre's and ``value`` lost to the centre by
-    more than the noise margin: with one peak along the line, ``value`` loses too (a neighbour
-    below a memory fraction the study already moved up from)."""
-    c, ref = centre[name], h.centre_score(centre)
-    return any(got < ref * (1.0 - h.settings.noise_margin) and (w - c) * (value - w) > 0
-               for w, got in h.line(centre, name).items())
+def lost_on_line(h: History, centre: Mapping[str, Any], name: str) -> list[Any]:
+    """Values of the centre's line that lost to the centre by more than the noise margin: with one
+    peak along the line, a value past one of them loses too (a neighbour below a memory fraction
+    the study already moved up from)."""
+    ref = h.centre_score(centre)
+    return [w for w, got in h.line(centre, name).items() if got < ref * (1.0 - h.settings.noise_margin)]
 
 
 def cap_unread(h: History, centre: Mapping[str, Any], values: list[Any]) -> list[Any]:
