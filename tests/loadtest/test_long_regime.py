@@ -8,6 +8,7 @@ flat landscape (a fixed total rate). Sizes fit 2 cores: a few thousand chunks a 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,27 @@ def test_rate_and_latencies_are_right_when_no_request_ends(api: str, chunk_token
     assert lv.mean_itl_ms == pytest.approx(1000 * chunk_tokens / rate, rel=0.03)
     assert lv.mean_ttft_ms is not None and lv.mean_ttft_ms >= 300
     assert lv.concurrency == pytest.approx(STREAMS, rel=0.03)
+
+
+@pytest.mark.timing  # a rate against the model
+def test_a_window_does_not_open_on_chunks_read_late() -> None:
+    """The client's loop is held (as a busy box holds it) while every stream's first token comes,
+    then reads them late, with the warm-up ending on that backlog. Each stream's next chunk comes
+    on time 1 s on, and a window opened on the backlog spread it over the short gap after it:
+    11-12% high here, 4.6% in CI where the climb itself had left the client behind."""
+    held: list[float] = []
+
+    def hold() -> None:  # polled every tick of the client's loop, as the study's log check is
+        held.append(time.perf_counter())
+        if len(held) > 1 and held[-1] - held[0] >= 1.0 and held[-2] - held[0] < 1.0:
+            time.sleep(max(0.0, held[0] + 2.9 - held[-1]))  # first tokens are due 2-2.3 s in
+
+    with clock_server("--per-stream-rate", "8", "--chunk-tokens", "8", "--ttft", "1.5", "--lockstep") as url:
+        spec = LadderSpec(concurrency=(STREAMS,), input_len=32, output_len=OUTPUT_LEN, duration_s=6.0,
+                          warmup_s=1.0, converge_ci=0.002)
+        lv = run_ladder(url, spec, should_abort=hold).levels[0]
+    assert lv.output_throughput == pytest.approx(STREAMS * 8, rel=0.03)
+    assert lv.mean_tpot_ms == pytest.approx(1000 / 8, rel=0.03)
 
 
 @pytest.mark.timing  # a rate against the model: read 3.0% high beside busy neighbours (CI, 2026-12-06)
