@@ -111,6 +111,17 @@ def _line(landscape: str, trials: int, **samplers: tuple[float | None, float | N
         for k, (t95, t99, h95) in samplers.items()}})
 
 
+def test_the_ranking_s_cost_is_told_apart_from_the_search_s() -> None:
+    """``ran_to_95``: trials until a config that good had run; ``trials_to_95``: until the
+    product's ranking named one the winner. A seed that never named it counts as never."""
+    def curve(named: list[float], ran: list[float]) -> list[dict[str, float]]:
+        return [{"true": t, "ran": r, "gpu_hours": float(i)} for i, (t, r) in enumerate(zip(named, ran, strict=True))]
+
+    out = bench.summarize([curve([50, 90, 90, 96], [50, 96, 96, 96]), curve([50, 60, 60, 60], [50, 60, 97, 97])], 100.0)
+    assert (out["ran_to_95"], out["trials_to_95"]) == (2.5, None)
+    assert out["ran_to_99"] is None
+
+
 def test_runs_made_apart_are_summarized_side_by_side(tmp_path: Path) -> None:
     """A slow peer runs apart (``--merge``): its landscapes meet ours by name, and the summary of
     a run without ours (peers alone) is per sampler, not an error."""
