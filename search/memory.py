@@ -55,12 +55,13 @@ def failure_kind(trial: FrozenTrial) -> str | None:
 
 
 def failure_hints(trial: FrozenTrial, dists: Mapping[str, BaseDistribution]) -> dict[str, tuple[str, Any]]:
-    """What a crash's own lines advise changing, else SGLang's usual advice for its kind."""
+    """What a crash's own lines advise changing, else SGLang's usual advice for its kind, else for
+    the startup phase it failed in (a hang in graph capture prints nothing, yet graphs are suspect)."""
     failure = trial.user_attrs.get(Attr.FAILURE) or {}  # the deciding line, then SGLang's advice lines
     found = advice("\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])]), dists)
-    kind = failure_kind(trial)
-    if not found and kind in _ADVICE:
-        found = advice(_ADVICE[kind], dists)
+    usual = _ADVICE.get(str(failure_kind(trial))) or _ADVICE.get(str(failure.get("phase")))
+    if not found and usual:
+        found = advice(usual, dists)
     return found
 
 

@@ -16,7 +16,8 @@ Plain TPE knows nothing about our problem; the plan adds what we know:
   as the only change from an earlier centre;
 - a move that crashes is repaired at once with what its failure advises (``repairs``): the log
   watcher keeps SGLang's advice lines ("set --mem-fraction-static to a smaller value"), and a
-  failure that names no flag gets SGLang's usual advice for its kind (``signatures/advice.yaml``);
+  failure that names no flag gets SGLang's usual advice for its kind, else for the phase it failed
+  in (``signatures/advice.yaml``: a hang in graph capture, a smaller graph batch or graphs off);
   the advised parameter moves one grid step that way (two if the first repair crashes too); not a
   move whose failure's first fix is undoing it (the memory fraction's top end out of memory), which
   the edge bisection closes in on instead;

@@ -485,6 +485,30 @@ def test_an_oom_that_names_no_flag_gets_sglangs_usual_advice() -> None:
     assert fixed == {**config, "--mem-fraction-static": 0.87}
 
 
+@pytest.mark.parametrize(("phase", "repaired"), [
+    ("cuda_graph", [{"--cuda-graph-max-bs-decode": 76}, {"--disable-cuda-graph": True}]),
+    ("loading", []),
+])
+def test_a_hang_in_graph_capture_is_retried_with_smaller_graphs_and_without(phase: str, repaired: list[dict]) -> None:
+    """A hang prints no line to read advice from. In graph capture it gets the graph lines of
+    SGLang's capture advice (a backend that hangs there may run with graphs off, and be the best:
+    generated landscapes 29 and 40 never found theirs); elsewhere nothing is suspect."""
+    space, strategy, study = _started()
+    trial, _ = strategy.ask(study)
+    strategy.tell(study, trial, "completed", objective=900.0)
+    trial, config = strategy.ask(study)
+    hang = {"kind": "stall", "phase": phase, "line": "", "message": "", "advice": []}
+    strategy.tell(study, trial, "crashed", failure=hang)
+    repairs = []
+    while (repair := strategy.ask(study))[0].user_attrs["strategy"] == "partner":
+        fixed = repair[1]
+        assert fixed[trial.user_attrs["sweep_param"]] == config[trial.user_attrs["sweep_param"]]
+        repairs.append({k: v for k, v in fixed.items() if k in ("--cuda-graph-max-bs-decode", "--disable-cuda-graph")
+                        and v != space.baseline.get(k)})
+        strategy.tell(study, repair[0], "completed", objective=900.0)
+    assert repairs == repaired
+
+
 def test_a_win_on_an_old_centre_is_tried_again_on_the_new_one() -> None:
     """The backend's screen wins 3% (within noise: the centre stays); a lower memory fraction then
     doubles throughput and moves the centre, so the backend change is tried again on the new centre."""
