@@ -819,11 +819,11 @@ def test_a_config_measured_far_below_the_best_is_not_ranked_first() -> None:
     strategy = Strategy(space, seed=0)
     study = _study(strategy)
     _completed(space, strategy, study, [({"NCCL_MIN_NCHANNELS": n}, v) for n, v in
-                                        [(1, 900.0), (2, 1000.0), (4, 980.0), (8, 920.0), (16, 960.0)]])
+                                        [(1, 850.0), (2, 1000.0), (4, 980.0), (8, 880.0), (16, 920.0)]])
     backwards = Ranking(strategy.ranking.dists, estimator=lambda dists, configs, values: [-v for v in values])
     ranked = [t.value for t in backwards.top(views(study), 5)]
-    assert ranked[:3] == [960.0, 980.0, 1000.0]  # within 6% of 1000, by the (backwards) estimate
-    assert sorted(ranked[3:]) == [900.0, 920.0]
+    assert ranked[:3] == [920.0, 980.0, 1000.0]  # within 10% of 1000, by the (backwards) estimate
+    assert sorted(ranked[3:]) == [850.0, 880.0]
 
 
 def test_a_goodput_objective_is_pruned_on_goodput_and_not_on_tok_s_targets() -> None:
