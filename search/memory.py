@@ -59,7 +59,7 @@ def failure_hints(trial: FrozenTrial, dists: Mapping[str, BaseDistribution]) -> 
     the startup phase it failed in (a hang in graph capture prints nothing, yet graphs are suspect)."""
     failure = trial.user_attrs.get(Attr.FAILURE) or {}  # the deciding line, then SGLang's advice lines
     found = advice("\n".join([str(failure.get("line") or ""), *map(str, failure.get("advice") or [])]), dists)
-    usual = _ADVICE.get(str(failure_kind(trial))) or _ADVICE.get(str(failure.get("phase")))
+    usual = next((_ADVICE[k] for k in (failure.get("kind"), failure.get("phase")) if k in _ADVICE), None)
     if not found and usual:
         found = advice(usual, dists)
     return found

@@ -196,7 +196,7 @@ class _Level:
         # there spreads each late chunk over too short a gap before its start and counts the rest
         # inside: 1,024 lockstep streams read 4.6% high in CI. So it opens once every stream has a
         # chunk read after the warm-up's end.
-        await self._settle(now, min(spec.duration_s, 2 * max(bin_s, chunk_gap_s(records))))
+        await self._settle(now, max(bin_s, chunk_gap_s(records)))
         t0 = await self._tick()
         bins: list[float] = []
         ci = float("inf")
@@ -211,7 +211,7 @@ class _Level:
                 ci = relative_half_width(bins)
             if now - t0 >= spec.duration_s:
                 t1 = self._whole_cycles(t0, now)
-                await self._settle(t1, min(spec.duration_s, 2 * lag))
+                await self._settle(t1, lag)
                 level = from_window(self.concurrency, records, t0, t1, spec.goodput, converged=_converged(bins, ci, spec),
                                     output_throughput_ci=_finite(ci))
                 if not level.total_output_tokens and not level.completed:
@@ -220,7 +220,7 @@ class _Level:
             if len(bins) >= _MIN_BINS and _converged(bins, ci, spec) and self._cycled(len(bins) * bin_s):
                 # A bin boundary (the window the CI describes), cut to whole request cycles if they fit.
                 t1 = self._whole_cycles(t0, t0 + len(bins) * bin_s)
-                await self._settle(t1, min(spec.duration_s, 2 * lag))
+                await self._settle(t1, lag)
                 return from_window(self.concurrency, records, t0, t1, spec.goodput, converged=True,
                                    ended_early=True, output_throughput_ci=ci)
 
@@ -258,16 +258,17 @@ class _Level:
             return t1
         return t0 + (t1 - t0) // cycle * cycle
 
-    async def _settle(self, t1: float, limit_s: float) -> None:
-        """Wait (up to ``limit_s`` past ``t1``) until every running request has a chunk at or after ``t1``.
+    async def _settle(self, t1: float, gap_s: float) -> None:
+        """Wait until every running request has a chunk at or after ``t1``, for at most twice
+        ``gap_s`` (the longest chunk gap) past it and never longer than the level.
 
         At a window's end: the tokens received up to ``t1`` are known only once the chunk after
         it has come; until then the window's last stretch of each stream would count as nothing.
-        (At its start, see `_steady_state`.) The limit
-        is twice the longest chunk gap: with a 0.2 s limit, 4-token chunks every 0.5 s of a
-        lockstep batch lost half a chunk per stream (4.2% of the level).
+        (At its start, see `_steady_state`.) With a 0.2 s limit instead of twice the gap, 4-token
+        chunks every 0.5 s of a lockstep batch lost half a chunk per stream (4.2% of the level).
         """
-        deadline = t1 + limit_s
+        assert self.spec.duration_s is not None
+        deadline = t1 + min(self.spec.duration_s, 2 * gap_s)
         while any(r.end is None and r.chunks and r.chunks[-1] < t1 for r in self.source.records):
             if await self._tick() >= deadline:
                 return
