@@ -188,9 +188,6 @@ class History:
         except ValueError:
             return dict(config)
 
-    def hints(self, trial: FrozenTrial) -> dict[str, tuple[str, Any]]:
-        return failure_hints(trial, self.dists)
-
     def line(self, centre: Mapping[str, Any], name: str) -> dict[Any, float]:
         """What each value of ``name`` reached on the centre's line: the working trials that differ
         from ``centre`` in that parameter alone (the centre's own value included), best run each."""
@@ -231,7 +228,7 @@ def crash_fix(h: History) -> Iterator[Batch]:
         return
     crash = next((t for t in h.finished if t.constraints.get(Constraint.CRASHED, 0) > 0
                   and same_config(t.params, h.baseline)), None)
-    named = list(h.hints(crash)) if crash is not None else []
+    named = list(failure_hints(crash, h.dists)) if crash is not None else []
     variants = [{**centre, n: v} for n in named for v in grid_values(h.dists[n], h.settings.numeric_points)
                 if v != centre.get(n)]
     yield Batch(variants, {Attr.PLAN: Plan.SWEEP, Attr.SWEEP_PARAM: "named by the crash", Attr.SWEEP_PASS: 0,
@@ -262,7 +259,7 @@ def repairs(h: History) -> Iterator[Batch]:
         if (t.constraints.get(Constraint.CRASHED, 0) <= 0 or not t.user_attrs.get(Attr.SWEEP_FROM_WORKING)
                 or name not in t.params or centre.get(name) == t.params[name]):
             continue
-        hints = h.hints(t)
+        hints = failure_hints(t, h.dists)
         if not h.settings.undo_repairs and t.user_attrs.get(Attr.SWEEP_PASS) is not None and next(iter(hints), None) == name:
             continue  # the failure's first fix is undoing the move itself: the edge bisection closes in
         key = f"{name}={t.params[name]!r}"
@@ -332,7 +329,7 @@ def edge_crashes(h: History, name: str) -> list[tuple[Any, str]]:
     for t in h.finished:
         if (t.constraints.get(Constraint.CRASHED, 0) > 0 and t.user_attrs.get(Attr.SWEEP_PARAM) == name
                 and t.user_attrs.get(Attr.SWEEP_FROM_WORKING) and name in t.params):
-            hints = h.hints(t)
+            hints = failure_hints(t, h.dists)
             if next(iter(hints), None) == name and hints[name][0] in ("down", "up"):
                 found.append((t.params[name], hints[name][0]))
     return found
