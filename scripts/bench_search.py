@@ -54,7 +54,7 @@ from search.lifecycle import Failure  # noqa: E402
 from search.logwatch import LogClassifier  # noqa: E402
 from search.moves import grid_values  # noqa: E402
 from search.settings import DEFAULT, Settings  # noqa: E402
-from search.storage import Attr, TrialView  # noqa: E402
+from search.storage import Attr, StudyAttr, TrialView  # noqa: E402
 from search.strategy import Strategy  # noqa: E402
 from search.study import Listener, StudyRun  # noqa: E402
 
@@ -366,12 +366,15 @@ def make_strategy(kind: str, space: SpaceLike, seed: int, settings: Settings = D
 
 
 def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
-              settings: Settings = DEFAULT) -> list[dict[str, Any]]:
+              settings: Settings = DEFAULT, remeasure: int = StudyRun.remeasure) -> list[dict[str, Any]]:
     """One study of n_trials server starts, driven by the product's `StudyRun` on a `LandscapeRunner`.
 
     Per trial, as it ends: the true value of the study's winner so far (by the product's own
     ranking, `StudyRun.best`), the best true value among the feasible configs run so far (what a
-    perfect ranking would name: the gap is what the ranking costs) and the GPU hours spent.
+    perfect ranking would name: the gap is what the ranking costs) and the GPU hours spent. With
+    ``remeasure`` (the product's end: the top configs run that many more times each, ranked by
+    their mean), the last point also holds the winner's true value after it and the GPU hours
+    it took.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     curve: list[dict[str, Any]] = []
@@ -389,7 +392,7 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
         space = sim.problem.space
         searcher = make_strategy(kind, space, seed, settings)
         run = StudyRun(space=space, name=f"bench-{kind}-{seed}-{uuid.uuid4().hex[:8]}",
-                       storage="sqlite:///:memory:", seed=seed, n_trials=n_trials, remeasure=0,
+                       storage="sqlite:///:memory:", seed=seed, n_trials=n_trials, remeasure=remeasure,
                        trials_dir=Path(tmp) / "trials", listener=Listener(trial_done=trial_done),
                        runner=LandscapeRunner(sim, noise, seed), searcher=searcher)
         try:
@@ -397,6 +400,11 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
         except RuntimeError as exc:  # a grid sampler that ran out of points ends the study early
             if "exhausted" not in str(exc).lower() and "grid" not in str(exc).lower():
                 raise
+        if remeasure and curve and run.study is not None:
+            winner = run.best()
+            curve[-1]["remeasured"] = (sim.true_value(dict(winner.params)) or 0.0) if winner is not None else 0.0
+            spent = float(run.study.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS, 0.0))
+            curve[-1]["remeasure_gpu_hours"] = spent / 3600.0
     return curve
 
 
@@ -426,18 +434,21 @@ def summarize(curves: list[list[dict[str, Any]]], best: float) -> dict[str, Any]
     finals = [curve[-1]["true"] / best if curve else 0.0 for curve in curves]
     out["best_fraction"] = round(statistics.median(finals), 4)
     out["gpu_hours_total"] = _median([curve[-1]["gpu_hours"] if curve else 0.0 for curve in curves])
+    if curves and all(curve and "remeasured" in curve[-1] for curve in curves):
+        out["best_fraction_remeasured"] = round(statistics.median(c[-1]["remeasured"] / best for c in curves), 4)
+        out["remeasure_gpu_hours"] = _median([c[-1]["remeasure_gpu_hours"] for c in curves])
     return out
 
 
-def _run_task(task: tuple[str, int, int, float, Settings]) -> list[dict[str, Any]]:
-    kind, seed, trials, noise, settings = task
+def _run_task(task: tuple[str, int, int, float, Settings, int]) -> list[dict[str, Any]]:
+    kind, seed, trials, noise, settings, remeasure = task
     assert _SIM is not None
-    return run_study(_SIM, kind, seed, trials, noise, settings)
+    return run_study(_SIM, kind, seed, trials, noise, settings, remeasure)
 
 
 def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: float | None = None,
           samplers: tuple[str, ...] = SAMPLER_KINDS, jobs: int = 1, cache_key: bytes | None = None,
-          settings: Settings = DEFAULT) -> dict[str, Any]:
+          settings: Settings = DEFAULT, remeasure: int = StudyRun.remeasure) -> dict[str, Any]:
     """The whole benchmark for one space and landscape, as a JSON-ready dict.
 
     ``noise`` defaults to the landscape's own (a generated one draws it) or 2.5%. With
@@ -450,7 +461,7 @@ def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: f
     _SIM = sim
     if best <= 0:
         raise SystemExit("error: no config of the space runs on this landscape: check the landscape")
-    tasks = [(kind, seed, trials, noise, settings) for kind in samplers for seed in range(seeds)]
+    tasks = [(kind, seed, trials, noise, settings, remeasure) for kind in samplers for seed in range(seeds)]
     if jobs > 1:  # forked workers inherit the simulator
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             curves = pool.map(_run_task, tasks)
@@ -459,7 +470,7 @@ def bench(problem: Problem, landscape: Any, *, trials: int, seeds: int, noise: f
     results = {kind: summarize([c for (k, *_), c in zip(tasks, curves, strict=True) if k == kind], best) for kind in samplers}
     varied = {f: v for f, v in vars(settings).items() if v != getattr(DEFAULT, f)}
     return {"landscape": getattr(landscape, "__file__", "?"), "trials": trials, "seeds": seeds, "noise": noise,
-            "settings": varied,
+            "remeasure": remeasure, "settings": varied,
             "optimum": {"value": round(best, 1), "config": best_config},
             "samplers": results, **against_peers(results)}
 
@@ -497,6 +508,8 @@ def across(results: list[dict[str, Any]]) -> dict[str, Any]:
                          "trials_to_95": _median([o["trials_to_95"] for o in rows]),
                          "trials_to_99": _median([o["trials_to_99"] for o in rows]),
                          "best_fraction": _median([o["best_fraction"] for o in rows])}
+        if all("best_fraction_remeasured" in o for o in rows):  # runs with --remeasure 0 lack it
+            summary[kind]["best_fraction_remeasured"] = _median([o["best_fraction_remeasured"] for o in rows])
         if all("ran_to_95" in o for o in rows):  # runs before it was recorded lack it
             summary[kind].update({f"ran_to_{pct}": _median([o[f"ran_to_{pct}"] for o in rows]) for pct in (95, 99)})
     compared = [r for r in results if "ours_behind_best_peer_at_99" in r]
@@ -547,11 +560,13 @@ def parse_seeds(text: str) -> list[int]:
 
 def _table(result: dict[str, Any], seeds: int) -> None:
     print(f"{result['landscape']}: optimum {result['optimum']['value']} tok/s; medians over {seeds} seeds")
-    print(f"{'sampler':8} {'t95':>6} {'t99':>6} {'h95':>7} {'h99':>7} {'best@N':>7}")
+    print(f"{'sampler':8} {'t95':>6} {'t99':>6} {'h95':>7} {'h99':>7} {'best@N':>7} {'after re-measure':>17}")
     for kind, r in result["samplers"].items():
         cells = [r["trials_to_95"], r["trials_to_99"], r["gpu_hours_to_95"], r["gpu_hours_to_99"]]
         text = ["-" if c is None else f"{c:.1f}" for c in cells]
-        print(f"{kind:8} {text[0]:>6} {text[1]:>6} {text[2]:>7} {text[3]:>7} {r['best_fraction']:>7.3f}")
+        after = r.get("best_fraction_remeasured")
+        print(f"{kind:8} {text[0]:>6} {text[1]:>6} {text[2]:>7} {text[3]:>7} {r['best_fraction']:>7.3f} "
+              f"{'-' if after is None else f'{after:.3f}':>17}")
     print(f"ours GPU hours to 95% / best peer's: {result.get('ours_gpu_hours_to_95_vs_best_peer')}; "
           f"behind the best peer at 99%: {result.get('ours_behind_best_peer_at_99')}")
 
@@ -570,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="relative std of a measurement (default: the landscape's own, else 0.025)")
     parser.add_argument("--samplers", default=",".join(SAMPLER_KINDS))
     parser.add_argument("--jobs", type=int, default=1, help="studies run in parallel processes")
+    parser.add_argument("--remeasure", type=int, default=StudyRun.remeasure,
+                        help="runs of each top config after the trials, as `search study run --remeasure` "
+                             "(its default); the winner after them is reported apart (0: none)")
     parser.add_argument("--settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a field of search.settings.Settings for ours (repeatable)")
     parser.add_argument("--json", action="store_true", help="print JSON (one object a landscape, a line each with --generated)")
@@ -578,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = DEFAULT.varied(args.settings)
     except BadInput as exc:
         parser.exit(2, f"error: {exc}\n")
+    if args.remeasure < 0:
+        parser.exit(2, f"error: --remeasure {args.remeasure}: give 0 (none) or more runs of each top config\n")
     if args.merge:
         print(json.dumps({"across": across(merged(args.merge))}))
         return 0
@@ -585,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, "error: --space is needed to run studies (only --merge goes without)\n")
     problem = load_problem(args.space)
     kw = {"trials": args.trials, "seeds": args.seeds, "noise": args.noise,
-          "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs, "settings": settings}
+          "samplers": tuple(args.samplers.split(",")), "jobs": args.jobs, "settings": settings,
+          "remeasure": args.remeasure}
     if args.landscape:
         landscapes = [(load_landscape(args.landscape), args.landscape.read_bytes())]
     else:

@@ -122,6 +122,22 @@ def test_the_ranking_s_cost_is_told_apart_from_the_search_s() -> None:
     assert out["ran_to_99"] is None
 
 
+def test_the_benchmark_ends_a_study_as_the_product_does_and_reports_that_winner_apart(problem: object) -> None:
+    """``--remeasure`` (the product's default): the top configs run again after the trials, as
+    `search study run` ends; the trials themselves are the same, and the winner after the
+    re-measurement, a config that ran, is reported beside the one before it."""
+    land = generator.make(3)
+    sim = bench.Simulator(problem, land)
+    plain = bench.run_study(sim, "ours", 0, 8, land.noise, remeasure=0)
+    again = bench.run_study(sim, "ours", 0, 8, land.noise, remeasure=1)
+    assert [(p["true"], p["ran"]) for p in again] == [(p["true"], p["ran"]) for p in plain]
+    assert "remeasured" not in plain[-1]
+    assert 0 < again[-1]["remeasured"] <= again[-1]["ran"] and again[-1]["remeasure_gpu_hours"] > 0
+    out = bench.summarize([again, again], again[-1]["ran"])
+    assert out["best_fraction_remeasured"] == round(again[-1]["remeasured"] / again[-1]["ran"], 4)
+    assert "best_fraction_remeasured" not in bench.summarize([plain, again], 1.0)
+
+
 def test_runs_made_apart_are_summarized_side_by_side(tmp_path: Path) -> None:
     """A slow peer runs apart (``--merge``): its landscapes meet ours by name, and the summary of
     a run without ours (peers alone) is per sampler, not an error."""
