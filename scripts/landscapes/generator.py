@@ -89,7 +89,12 @@ class Generated:
         return not flags.get("disable_cuda_graph")
 
     def _graph_bs(self, flags: dict[str, Any]) -> int:
-        return int(flags.get("cuda_graph_max_bs") or 256)
+        """The largest batch captured: the graph batch cap, but never past the request pool, which
+        --max-running-requests sets (SGLang 0.5.23 srt/model_executor/runner/base_cuda_graph_runner.py,
+        the decode capture sizes: ``capture_bs = [bs for bs in capture_bs if bs <= num_max_requests]``
+        with ``num_max_requests = model_runner.req_to_token_pool.size``). So a graph batch above the
+        cap costs neither memory nor capture time."""
+        return min(int(flags.get("cuda_graph_max_bs") or 256), int(flags.get("max_running_requests") or 4096))
 
     def _edge(self, flags: dict[str, Any]) -> float:
         if not self._graphs(flags):

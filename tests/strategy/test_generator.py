@@ -58,11 +58,16 @@ def test_the_families_of_effects_all_occur_across_seeds(problem: object) -> None
 
 
 def test_the_oom_edge_moves_down_with_the_captured_batch(problem: object) -> None:
+    """The captured batch is the graph batch cap, never past the running cap: SGLang clamps its
+    capture sizes to the request pool (base_cuda_graph_runner.py), so a larger graph batch on a
+    capped server takes no more memory."""
     land = next(generator.make(s) for s in SEEDS if generator.make(s).graph_mem > 0.01)
-    flags = dict(generator.BASELINE_FLAGS)
+    flags = {**generator.BASELINE_FLAGS, "max_running_requests": 4096}
     edge_small = land._edge({**flags, "cuda_graph_max_bs": 32})
     edge_large = land._edge({**flags, "cuda_graph_max_bs": 1024})
     assert edge_large < edge_small == land.mem_edge
+    capped = {**flags, "max_running_requests": 128}
+    assert land._edge({**capped, "cuda_graph_max_bs": 1024}) == land._edge({**capped, "cuda_graph_max_bs": 128}) > edge_large
     mem = (edge_small + edge_large) / 2
     assert land.startup({**flags, "mem_fraction_static": mem, "cuda_graph_max_bs": 32}, {}) is None
     crash = land.startup({**flags, "mem_fraction_static": mem, "cuda_graph_max_bs": 1024}, {})
