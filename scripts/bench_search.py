@@ -380,13 +380,16 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
     curve: list[dict[str, Any]] = []
     gpu, ran = [0.0], [0.0]
 
+    def named() -> float:
+        """The true value of the config the product's ranking names the winner now (0: none)."""
+        best = run.best()
+        return (sim.true_value(dict(best.params)) or 0.0) if best is not None else 0.0
+
     def trial_done(trial: optuna.trial.FrozenTrial) -> None:
         gpu[0] += float(trial.user_attrs.get(Attr.GPU_SECONDS, 0.0))  # what the driver recorded for it
-        best = run.best()
-        true = sim.true_value(dict(best.params)) if best is not None else None
         if TrialView(trial).feasible:
             ran[0] = max(ran[0], sim.true_value(dict(trial.params)) or 0.0)
-        curve.append({"true": true or 0.0, "ran": ran[0], "gpu_hours": gpu[0] / 3600.0})
+        curve.append({"true": named(), "ran": ran[0], "gpu_hours": gpu[0] / 3600.0})
 
     with tempfile.TemporaryDirectory() as tmp:
         space = sim.problem.space
@@ -401,8 +404,7 @@ def run_study(sim: Simulator, kind: str, seed: int, n_trials: int, noise: float,
             if "exhausted" not in str(exc).lower() and "grid" not in str(exc).lower():
                 raise
         if remeasure and curve and run.study is not None:
-            winner = run.best()
-            curve[-1]["remeasured"] = (sim.true_value(dict(winner.params)) or 0.0) if winner is not None else 0.0
+            curve[-1]["remeasured"] = named()
             spent = float(run.study.user_attrs.get(StudyAttr.REMEASURE_GPU_SECONDS, 0.0))
             curve[-1]["remeasure_gpu_hours"] = spent / 3600.0
     return curve
