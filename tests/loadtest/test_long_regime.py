@@ -154,5 +154,8 @@ def test_a_cohort_that_turns_over_inside_the_level_is_measured_over_a_whole_cycl
     # of 0.93 of it). A window of 1.9 cycles, the bug this guards, is 6.0 s a cycle for two.
     cycles = round(lv.duration / (lv.median_e2e_latency_ms / 1000))
     assert cycles >= 1 and 6.25 * 0.99 <= lv.duration / cycles <= lv.median_e2e_latency_ms / 1000 * 1.02
-    # Whole cycles hold one answer a stream each: 256 x 33 tokens a cycle.
-    assert lv.output_throughput == pytest.approx(256 * 33 * cycles / lv.duration, rel=0.05)
+    # Whole cycles hold one answer a stream each: 256 x 33 tokens a cycle. The bug read 3-6% high. A
+    # client on a loaded box re-sends some streams late, whose answers then end past the window: that
+    # reads low, never high (CI, alone with the timing tests, 2026-12-07: 5.9% low).
+    expected = 256 * 33 * cycles / lv.duration
+    assert 0.90 * expected <= lv.output_throughput <= 1.05 * expected
