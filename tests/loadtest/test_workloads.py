@@ -179,9 +179,12 @@ def test_open_loop_replays_a_schedule_of_send_times(tmp_path: Path) -> None:
 
 @pytest.mark.timing  # a rate against the model: skewed by busy neighbours
 def test_goodput_counts_the_requests_that_meet_every_slo(tmp_path: Path) -> None:
-    """The k-th arrival's TTFT is 50 + 50k ms: with a 525 ms TTFT SLO exactly 10 of 40 meet it."""
-    with clock_server("--per-stream-rate", "200", "--ttft", "0.05", "--ttft-step", "0.05") as url:
-        lv = _run(url, concurrency=(40,), requests=40, output_len=4, goodput={"ttft": 525.0})
+    """The k-th arrival's TTFT at the server is 50 + 100k ms: with a 1,045 ms TTFT SLO exactly 10 of 40
+    meet it. The client's own delays only add to what it reads, so the SLO sits just under the 11th
+    arrival's 1,050 ms and leaves the 10th 95 ms of them (at 25 ms it read 9 of 40 on a slow box)."""
+    with clock_server("--per-stream-rate", "200", "--ttft", "0.05", "--ttft-step", "0.1") as url:
+        lv = _run(url, concurrency=(40,), requests=40, output_len=4, goodput={"ttft": 1045.0})
+    with clock_server("--per-stream-rate", "200", "--ttft", "0.05") as url:
         loose = _run(url, concurrency=(40,), requests=40, output_len=4,
                      goodput={"ttft": 60_000.0, "tpot": 1.0})  # 5 ms per token: none meets 1 ms TPOT
     assert lv.slo_attainment == pytest.approx(10 / 40)
