@@ -30,8 +30,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import yaml
-
+from search import yaml_data
 from search.errors import BadInput
 
 PHASES = ("starting", "loading", "kv_cache", "autotune", "cuda_graph", "warmup", "ready")
@@ -110,8 +109,7 @@ def _signature_dir() -> Traversable:
 
 
 def _read_yaml(name: str) -> dict[str, Any]:
-    text = _signature_dir().joinpath(name).read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text) or {}
+    data: dict[str, Any] = yaml_data.read("signatures", name) or {}
     return data
 
 

@@ -12,14 +12,13 @@ Planned repairs, the baseline and known configs always run. ``Strategy(memory=Fa
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from importlib import resources
 from typing import Any
 
 import optuna
-import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from search import yaml_data
 from search.layout import LAYOUT_FLAGS
 from search.moves import advice
 from search.optuna_internals import enqueued_params
@@ -28,8 +27,7 @@ from search.settings import DEFAULT, Settings
 from search.storage import Attr, Constraint, Outcome, Plan, set_constraints
 
 # SGLang's usual advice by failure kind, for crashes whose log names no flag (data, not code).
-_ADVICE: dict[str, str] = yaml.safe_load(
-    resources.files("search").joinpath("signatures", "advice.yaml").read_text(encoding="utf-8"))
+_ADVICE: dict[str, str] = yaml_data.read("signatures", "advice.yaml")
 
 # Proposals that always run: what the user gave, and a crash's repair (which may repeat a known crash's value).
 _ALWAYS = (Plan.BASELINE, Plan.KNOWN, Plan.PARTNER)
