@@ -341,7 +341,7 @@ def main(argv: list[str]) -> int:
     dead = ranks.wait_ready()
     if dead is not None:
         return died_in_init(log, ranks, dead)
-    from search.emulator.server import serve  # FastAPI/uvicorn import only once the ranks are up
+    from search.emulator.server import serve  # Starlette/uvicorn import only once the ranks are up
 
     serve(flags, env, the_plan, landscape, settings, ranks, log)
     ranks.kill(signal.SIGTERM)

@@ -1,4 +1,9 @@
-"""SGLang's HTTP API on FastAPI/uvicorn (SGLang's own stack), backed by the token scheduler.
+"""SGLang's HTTP API on Starlette/uvicorn, backed by the token scheduler.
+
+SGLang serves it with FastAPI, which is Starlette with request models and OpenAPI on top; its
+import alone took ~0.6 s of CPU on a 2-core box, at every emulated server start. The emulator
+parses bodies by hand (SGLang's own errors, below), so it keeps only what FastAPI adds that a client
+can see: JSON bodies for returned dicts and for 404/405 (`{"detail": ...}`), and no HEAD on GET routes.
 
 Streaming bodies are built from per-request byte templates (only the text and counts change per
 chunk) so serialization stays cheap at thousands of chunks per second.
@@ -7,18 +12,23 @@ chunk) so serialization stays cheap at thousands of chunks per second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 import uvicorn
-from fastapi import FastAPI, Request as HttpRequest
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Lifespan
 
 from search.emulator import tokens
 from search.emulator.config import Settings
@@ -196,14 +206,16 @@ def _usage(prompt: int, completion: int, *, exclude_none: bool = False, legacy: 
     return {k: v for k, v in usage.items() if v is not None} if exclude_none else usage
 
 
-def build_app(emu: Emulator) -> FastAPI:
-    app = FastAPI()
+def build_app(emu: Emulator, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
+    routes: list[Route] = []
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(_: HttpRequest, exc: BadRequest) -> JSONResponse:
-        return _error(str(exc))
+    def route(path: str, *methods: str) -> Callable[[_Endpoint], _Endpoint]:
+        def add(endpoint: _Endpoint) -> _Endpoint:
+            routes.append(_route(path, endpoint, methods or ("GET",)))
+            return endpoint
+        return add
 
-    async def health() -> Response:
+    async def health(_: HttpRequest) -> Response:
         if not emu.ready:
             return Response(status_code=503)
         req, _ = emu.new_request("health", 1, 1, True, 0.0)
@@ -213,22 +225,22 @@ def build_app(emu: Emulator) -> FastAPI:
             return Response(status_code=503)
         return Response(status_code=200)
 
-    app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/health_generate", health, methods=["GET"])
+    route("/health")(health)
+    route("/health_generate")(health)
 
     legacy = emu.log.version != "0.5.23"
 
-    async def ready() -> Response:  # 0.5.23 /ready and /ping: 200 once the warmup request went through
+    async def ready(_: HttpRequest) -> Response:  # 0.5.23 /ready and /ping: 200 once the warmup request went through
         return Response(status_code=200 if emu.ready else 503)
 
-    async def ping() -> Response:  # 0.5.9 http_server.py:1592 (SageMaker): 200 whenever it answers
+    async def ping(_: HttpRequest) -> Response:  # 0.5.9 http_server.py:1592 (SageMaker): 200 whenever it answers
         return Response(status_code=200)
 
     if not legacy:  # /ready is 0.5.23's (http_server.py:714)
-        app.add_api_route("/ready", ready, methods=["GET"])
-    app.add_api_route("/ping", ping if legacy else ready, methods=["GET"])
+        route("/ready")(ready)
+    route("/ping")(ping if legacy else ready)
 
-    async def model_info() -> dict[str, Any]:
+    async def model_info(_: HttpRequest) -> dict[str, Any]:
         """0.5.23 http_server.py:813 model_info (/get_model_info is its deprecated alias); 0.5.9
         http_server.py:554 and 0.5.8.post1 :542 have fewer keys (weight_version given twice there:
         the first place holds)."""
@@ -246,14 +258,14 @@ def build_app(emu: Emulator) -> FastAPI:
                 "disaggregation_mode": emu.flags.get("disaggregation_mode"), "has_image_understanding": False,
                 "has_audio_understanding": False, "model_type": "glm_moe_dsa", "architectures": [emu.plan["arch"]]}
 
-    async def get_model_info() -> dict[str, Any]:
+    async def get_model_info(http: HttpRequest) -> dict[str, Any]:
         emu.log.say("get_model_info_deprecated")
-        return await model_info()
+        return await model_info(http)
 
-    app.add_api_route("/model_info", model_info, methods=["GET"])
-    app.add_api_route("/get_model_info", get_model_info, methods=["GET"])
+    route("/model_info")(model_info)
+    route("/get_model_info")(get_model_info)
 
-    async def server_info() -> dict[str, Any]:
+    async def server_info(_: HttpRequest) -> dict[str, Any]:
         """0.5.23 http_server.py:864 server_info: the resolved flags, the launch command, the
         scheduler's ready handshake (scheduler.py:1943), the internal states per DP rank."""
         s = emu.scheduler
@@ -275,25 +287,25 @@ def build_app(emu: Emulator) -> FastAPI:
                                      "effective_max_running_requests_per_dp": s.cap}],
                 "version": emu.plan["version"], "frontend": "python"}
 
-    async def get_server_info() -> dict[str, Any]:
+    async def get_server_info(http: HttpRequest) -> dict[str, Any]:
         emu.log.say("get_server_info_deprecated")
-        return await server_info()
+        return await server_info(http)
 
-    app.add_api_route("/server_info", server_info, methods=["GET"])
-    app.add_api_route("/get_server_info", get_server_info, methods=["GET"])
+    route("/server_info")(server_info)
+    route("/get_server_info")(get_server_info)
 
-    @app.api_route("/freeze_gc", methods=["GET", "POST"])
-    async def freeze_gc() -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
+    @route("/freeze_gc", "GET", "POST")
+    async def freeze_gc(_: HttpRequest) -> Response:  # http_server.py freeze_gc_async (0.5.23: line 1254)
         return Response(content="Garbage collection frozen.\n", status_code=200)
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    @route("/v1/models")
+    async def models(_: HttpRequest) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": emu.model, "object": "model", "created": int(time.time()),
                                             "owned_by": "sglang", "root": emu.model, "parent": None,
                                             "max_model_len": emu.plan["context_len"]}]}
 
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
-    async def flush_cache() -> Response:
+    @route("/flush_cache", "GET", "POST")
+    async def flush_cache(_: HttpRequest) -> Response:
         if emu.scheduler.num_running or emu.scheduler.queue:
             return Response("Cache not flushed. Please check for pending requests.", status_code=400)
         if emu.scheduler.cache is not None:
@@ -301,19 +313,19 @@ def build_app(emu: Emulator) -> FastAPI:
         return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running "
                         "or waiting requests, the operation will not be performed.)\n")
 
-    @app.post("/v1/completions")
+    @route("/v1/completions", "POST")
     async def completions(http: HttpRequest) -> Response:
         body = await _body(http)
         prompt, n_prompt = _prompt(body.get("prompt"))
         return await _openai(emu, body, prompt, n_prompt, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @route("/v1/chat/completions", "POST")
     async def chat(http: HttpRequest) -> Response:
         body = await _body(http)
         prompt, n_prompt = _messages(body.get("messages"))
         return await _openai(emu, body, prompt, n_prompt, chat=True)
 
-    @app.post("/generate")
+    @route("/generate", "POST")
     async def generate(http: HttpRequest) -> Response:
         body = await _body(http)
         if "input_ids" in body:
@@ -359,13 +371,40 @@ def build_app(emu: Emulator) -> FastAPI:
         await _drain(emu, req)
         return JSONResponse(payload(req.emitted))
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
+    @route("/metrics")
+    async def metrics(_: HttpRequest) -> Response:
         if not emu.flags.get("enable_metrics"):
             return Response("Not Found", status_code=404)
         return Response(_metrics(emu), media_type="text/plain; version=0.0.4")
 
-    return app
+    async def bad_request(_: HttpRequest, exc: Exception) -> Response:
+        return _error(str(exc))
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={BadRequest: bad_request, HTTPException: _http_error})
+
+
+_Endpoint = Callable[[HttpRequest], Awaitable[Any]]
+
+
+def _route(path: str, endpoint: _Endpoint, methods: tuple[str, ...]) -> Route:
+    """A route as FastAPI's makes it: a returned dict goes out as JSON, and HEAD is not added to GET
+    (Starlette adds it; FastAPI, so SGLang, answers a HEAD there with 405)."""
+    async def handle(http: HttpRequest) -> Response:
+        result = await endpoint(http)
+        return result if isinstance(result, Response) else JSONResponse(result)
+
+    made = Route(path, handle, methods=list(methods))
+    if "HEAD" not in methods and made.methods is not None:
+        made.methods.discard("HEAD")
+    return made
+
+
+async def _http_error(_: HttpRequest, exc: Exception) -> Response:
+    """FastAPI's http_exception_handler (fastapi/exception_handlers.py): an unknown path is a JSON 404,
+    a known path asked with another method a JSON 405 with its Allow header."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _drain(emu: Emulator, req: Request) -> None:
@@ -625,26 +664,23 @@ def serve(flags: dict[str, Any], env: dict[str, str], plan: dict[str, Any], land
           settings: Settings, ranks: Any, log: Logger) -> None:
     """Run uvicorn until SIGTERM/SIGINT; warmup and the ticker start with the app."""
     emu = Emulator(flags, env, plan, landscape, settings, log)
-    app = build_app(emu)
     host, port = flags.get("host") or "127.0.0.1", int(flags.get("port") or 30000)
     url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     base = f"http://{url_host}:{port}"
     background: list[asyncio.Task[None]] = []
-    config = uvicorn.Config(app, host=host, port=port, log_config=_log_config(log),
-                            loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
-    server = uvicorn.Server(config)
 
-    @app.on_event("startup")
-    async def start() -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         emu.scheduler.start()
         loop = asyncio.get_running_loop()
         background.append(loop.create_task(_report_load(emu, ranks)))
         background.append(loop.create_task(_watch_ranks(emu, ranks, settings)))
         background.append(loop.create_task(_warmup(emu, ranks, base, server, settings.time_scale)))
-
-    @app.on_event("shutdown")
-    async def stop() -> None:
+        yield
         if not server.started:  # the bind failed; SGLang's lifespan joins the warmup thread here
             _warmup_failed(log, ranks, url_host, port, settings.time_scale)
 
+    config = uvicorn.Config(build_app(emu, lifespan), host=host, port=port, log_config=_log_config(log),
+                            loop="uvloop", http="httptools", timeout_keep_alive=5, lifespan="on")
+    server = uvicorn.Server(config)
     server.run()

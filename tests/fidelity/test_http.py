@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -220,3 +221,33 @@ def test_a_finish_on_eos_names_the_token(start, small_landscape, version: str) -
     else:
         _pydantic(real.CompletionStreamResponse, events[-1])
         _msgspec(chat[-1])
+
+
+def test_what_fastapi_adds_is_answered_as_fastapi_answers(start, small_landscape) -> None:  # noqa: F811
+    """The emulator runs on Starlette; SGLang on FastAPI (0.5.23 http_server.py:721 `@app.get("/health")`,
+    :1025 `@app.api_route("/flush_cache", methods=["GET", "POST"])`). A FastAPI app with those two
+    routes is the reference for what the framework answers on its own: an unknown path, a method
+    the route lacks, a HEAD on a GET route, a dict returned."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    reference = FastAPI()
+    reference.get("/health")(lambda: None)
+    reference.api_route("/flush_cache", methods=["GET", "POST"])(lambda: None)
+    reference.get("/v1/models")(lambda: {"object": "list"})
+    server = start(["--model-path", "m"], **small_landscape)
+    server.wait_ready()
+    asks = [("GET", "/nosuch"), ("POST", "/health"), ("HEAD", "/health"), ("PUT", "/flush_cache")]
+
+    def allowed(answer: httpx.Response) -> set[str]:  # both frameworks join a set: its order varies by process
+        return set(answer.headers.get("allow", "").split(", "))
+
+    with client(server) as ours, TestClient(reference) as theirs:
+        for method, path in asks:
+            got, want = ours.request(method, path), theirs.request(method, path)
+            assert (got.status_code, got.content, allowed(got)) == \
+                (want.status_code, want.content, allowed(want)), (method, path)
+            assert got.headers.get("content-type") == want.headers.get("content-type"), (method, path)
+        models = ours.get("/v1/models")
+        assert models.headers["content-type"] == theirs.get("/v1/models").headers["content-type"]
+        assert models.json()["object"] == "list"
