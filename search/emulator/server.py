@@ -215,7 +215,7 @@ def build_app(emu: Emulator, lifespan: Lifespan[Starlette] | None = None) -> Sta
             return endpoint
         return add
 
-    async def health(_: HttpRequest) -> Response:
+    async def health(http: HttpRequest) -> Response:
         if not emu.ready:
             return Response(status_code=503)
         req, _ = emu.new_request("health", 1, 1, True, 0.0)
@@ -388,7 +388,7 @@ _Endpoint = Callable[[HttpRequest], Awaitable[Any]]
 
 
 def _route(path: str, endpoint: _Endpoint, methods: tuple[str, ...]) -> Route:
-    """A route as FastAPI's makes it: a returned dict goes out as JSON, and HEAD is not added to GET
+    """A route as FastAPI makes it: a returned dict goes out as JSON, and HEAD is not added to GET
     (Starlette adds it; FastAPI, so SGLang, answers a HEAD there with 405)."""
     async def handle(http: HttpRequest) -> Response:
         result = await endpoint(http)
