@@ -35,6 +35,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from search import surrogate
 from search.distributions import SpaceLike, discover
 from search.errors import BadInput
 from search.memory import Memory
@@ -133,8 +134,10 @@ class Strategy:
     def start(self, study: optuna.Study, known: Iterable[Mapping[str, Any]] = ()) -> None:
         """Enqueue the baseline first, then known configs (`--start-from`, `--from-study`).
 
-        Only on a fresh study: a resumed study already holds them.
+        Only on a fresh study: a resumed study already holds them. The model's libraries load here
+        too, before any trial runs (`search.surrogate.load`).
         """
+        surrogate.load()
         if not self.guided or study.get_trials(deepcopy=False):
             return
         study.enqueue_trial(dict(self.baseline), user_attrs={Attr.PLAN: Plan.BASELINE})
