@@ -19,14 +19,15 @@ import pytest
 
 from tests import helpers
 
-# cutlass runs at 30%, and a chunked prefill of 4096 wins 5%.
+# cutlass runs at 30%, and a chunked prefill of 4096 wins 25%: a 5% win was pruned once on a box loaded
+# enough to read its first level ~8% low (the reach rule then sees it end under the smaller win).
 LANDSCAPE = helpers.toy_landscape(
-    '(0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0) * (1.05 if flags.get("chunked_prefill_size") == 4096 else 1.0)'
+    '(0.3 if flags["moe_runner_backend"] == "cutlass" else 1.0) * (1.25 if flags.get("chunked_prefill_size") == 4096 else 1.0)'
 )
 STUDY = "demo"
 _LAUNCH = "python -m sglang.launch_server --model-path test/model --chunked-prefill-size"
 # The smaller win runs before the bigger: the other way round, the pruner may rightly stop it (it
-# would end 5% under the best), and the importances would lack their third completed trial.
+# would end 25% under the best), and the importances would lack their third completed trial.
 KNOWN = (f"{_LAUNCH} 2048 --moe-runner-backend flashinfer_cutlass",  # a win (the automatic cap)
          f"{_LAUNCH} 4096 --moe-runner-backend flashinfer_cutlass",  # a bigger win
          f"{_LAUNCH} 4096 --moe-runner-backend triton",  # crashes in autotune
