@@ -225,9 +225,9 @@ def test_a_finish_on_eos_names_the_token(start, small_landscape, version: str) -
 
 def test_what_fastapi_adds_is_answered_as_fastapi_answers(start, small_landscape) -> None:  # noqa: F811
     """The emulator runs on Starlette; SGLang on FastAPI (0.5.23 http_server.py:721 `@app.get("/health")`,
-    :1025 `@app.api_route("/flush_cache", methods=["GET", "POST"])`). A FastAPI app with those two
-    routes is the reference for what the framework answers on its own: an unknown path, a method
-    the route lacks, a HEAD on a GET route, a dict returned."""
+    :1025 `@app.api_route("/flush_cache", methods=["GET", "POST"])`, a GET returning a dict as
+    `/v1/models` does). A FastAPI app with those routes is the reference for what the framework
+    answers on its own: an unknown path, a method the route lacks, a HEAD on a GET route, a dict."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
