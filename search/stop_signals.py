@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -56,28 +57,53 @@ def _detach_terminal() -> None:
 @contextmanager
 def stop_signals_as_interrupt() -> Iterator[None]:
     """Within the block, the first of `STOP_SIGNALS` raises KeyboardInterrupt; later ones are ignored,
-    so that a second signal (a hang-up after SIGTERM) cannot cut the teardown short. Outside the
-    main thread, where Python cannot set handlers, signals are left alone."""
+    so that a second signal (a hang-up after SIGTERM) cannot cut the teardown short. A stop that
+    Python drops is delivered again (`_SwallowedStop`). Outside the main thread, where Python
+    cannot set handlers, signals are left alone."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    stopping = False
+    stop = _SwallowedStop(sys.unraisablehook)
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
         if signum == getattr(signal, "SIGHUP", None):
             _detach_terminal()
-        if stopping:
+        if stop.stopping:
             return
         if _in_storage(frame):  # raised inside a commit, it leaves the storage unusable for the teardown
             threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
             return
-        stopping = True
+        stop.raised(signal.Signals(signum))
         raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    sys.unraisablehook = stop
     try:
         yield
     finally:
+        sys.unraisablehook = stop.previous
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class _SwallowedStop:
+    """The ``sys.unraisablehook`` of a run: a KeyboardInterrupt raised inside a finalizer or a weakref
+    callback is printed and dropped by Python ("Exception ignored in ..."), and the stop with it. Ctrl-C
+    landing in the module-lock callback of an import that way let a study run on to its end and exit 0.
+    So the signal that raised it is sent again, a moment later, once that callback has returned."""
+
+    def __init__(self, previous: Callable[[sys.UnraisableHookArgs], object]) -> None:
+        self.previous = previous
+        self.stopping = False  # a stop signal has raised; later ones are ignored
+        self._signal = signal.SIGINT  # what raised the last KeyboardInterrupt: SIGINT unless a stop signal did
+
+    def raised(self, signum: signal.Signals) -> None:
+        self.stopping, self._signal = True, signum
+
+    def __call__(self, unraisable: sys.UnraisableHookArgs) -> None:
+        if unraisable.exc_type is None or not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self.previous(unraisable)
+            return
+        signum, self._signal, self.stopping = self._signal, signal.SIGINT, False
+        # From another thread: sent from here, the handler would run before this hook returns, and be dropped again.
+        threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()

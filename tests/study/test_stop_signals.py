@@ -1,6 +1,7 @@
 """A stop signal that lands inside a storage call is raised once the call has returned: a
 KeyboardInterrupt in the middle of a commit left the storage unusable for the teardown's writes
-(a hang-up then ended the driver with StorageInternalError, exit 1, instead of 130)."""
+(a hang-up then ended the driver with StorageInternalError, exit 1, instead of 130). One that lands
+in a finalizer, where Python drops what is raised, is raised again once the finalizer has returned."""
 
 from __future__ import annotations
 
@@ -39,3 +40,31 @@ def test_a_stop_signal_elsewhere_interrupts_at_once() -> None:
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(5)
     assert time.monotonic() - started < 4
+
+
+class _Finalized:
+    """Its finalizer is where the signal arrives, as Ctrl-C once arrived in an import's module-lock
+    weakref callback: Python prints a KeyboardInterrupt raised there and drops it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.finished = False
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.signum)
+        until = time.monotonic() + 0.3
+        while time.monotonic() < until:  # the handler runs here, inside the finalizer
+            pass
+        self.finished = True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGUSR1], ids=["ctrl-c", "stop-signal"])
+def test_a_stop_dropped_by_a_finalizer_is_raised_when_it_returns(signum: int,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), stop_signals_as_interrupt():
+        doomed = _Finalized(signum)
+        del doomed
+        time.sleep(5)  # the stop delivered again ends this wait
+    assert time.monotonic() - started < 4
+    assert "Traceback" not in capsys.readouterr().err  # handled, not printed as ignored
