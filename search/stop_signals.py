@@ -6,6 +6,9 @@ SIGUSR1. Left to their default action these kill the driver on the spot, and the
 detached in its own session so that a Ctrl-C meant for the driver does not reach it, lives on
 holding the port and every GPU. Raised as KeyboardInterrupt instead, they take the one path
 Ctrl-C takes: the running trials are torn down, recorded and re-enqueued.
+
+Ctrl-C itself goes through the same handler, so that it too waits for a storage call to return
+and a second one cannot cut the teardown short.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-# Catchable signals whose default action ends the process (SIGINT already raises KeyboardInterrupt;
-# SIGPIPE is ignored by Python; SIGSEGV and the like are the process's own faults, not a request to stop).
+# Catchable signals whose default action ends the process (SIGINT, Ctrl-C, raises KeyboardInterrupt
+# unless ignored: see `_handled`; SIGPIPE is ignored by Python; SIGSEGV and the like are the
+# process's own faults, not a request to stop).
 STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGHUP", "SIGTERM", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM",
                                        "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR")
@@ -54,10 +58,19 @@ def _detach_terminal() -> None:
         os.close(devnull)
 
 
+def _handled() -> tuple[signal.Signals, ...]:
+    """`STOP_SIGNALS`, and Ctrl-C where it raises KeyboardInterrupt: a run started in the background
+    by a non-interactive shell (``search study run ... &`` in a script) inherits SIGINT ignored, and
+    a Ctrl-C meant for that shell's foreground job must not stop it."""
+    ctrl_c = (signal.SIGINT,) if signal.getsignal(signal.SIGINT) is signal.default_int_handler else ()
+    return ctrl_c + STOP_SIGNALS
+
+
 @contextmanager
 def stop_signals_as_interrupt() -> Iterator[None]:
-    """Within the block, the first of `STOP_SIGNALS` raises KeyboardInterrupt; later ones are ignored,
-    so that a second signal (a hang-up after SIGTERM) cannot cut the teardown short. A stop that
+    """Within the block, the first stop signal (Ctrl-C or one of `STOP_SIGNALS`) raises
+    KeyboardInterrupt; later ones are ignored, so that a second signal (a hang-up after SIGTERM,
+    Ctrl-C pressed twice) cannot cut the teardown short. A stop that
     Python drops is delivered again (`_SwallowedStop`). Outside the main thread, where Python
     cannot set handlers, signals are left alone."""
     if threading.current_thread() is not threading.main_thread():
@@ -76,7 +89,7 @@ def stop_signals_as_interrupt() -> Iterator[None]:
         stop.raised(signal.Signals(signum))
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in _handled()}
     sys.unraisablehook = stop
     try:
         yield
