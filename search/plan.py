@@ -41,9 +41,10 @@ Plain TPE knows nothing about our problem; the plan adds what we know:
   categorical (a backend) whose one screen showed nothing are swept last (``unordered``);
 - then TPE models the joint space seeded by those trials, and every other trial is the
   Gaussian-process model's proposal (``model``): the config of highest expected improvement among
-  small changes (one or two numeric parameters) of the best configs. TPE's wide proposals find the
-  next big region; the model's narrow ones find the few percent an interior optimum (an NCCL
-  channel count, a memory fraction) holds, which TPE samples only by luck.
+  small changes (one or two numeric parameters, or one choice flipped) of the best configs. TPE's
+  wide proposals find the next big region; the model's narrow ones find the few percent an interior
+  optimum (an NCCL channel count, a memory fraction) holds, which TPE samples only by luck, and try
+  again on the best config a choice whose one screen read as nothing.
 
 Each source is a small function of one `History`, an immutable snapshot of the study's trials with
 the space and the `search.settings.Settings` it is read by, that yields candidate batches in its
@@ -586,10 +587,10 @@ def model(h: History) -> Iterator[Batch]:
 
     The model is fitted on the band of top trials (as the ranking fits it); the proposal is the
     candidate of highest expected improvement over the best estimate among ``model_candidates``
-    small changes of the ``model_tops`` best configs: numeric parameters only (the sweep mapped the
-    choices), one or two at a time, not a config already measured or known to crash. The
-    candidates are drawn with the number of finished trials as the seed, so a resumed study
-    proposes what the interrupted one would have.
+    small changes of the ``model_tops`` best configs: one or two numeric parameters moved, or (one
+    candidate in ``model_flip_every``) one categorical set to another choice (`flip`), not a config
+    already measured or known to crash. The candidates are drawn with the number of finished trials
+    as the seed, so a resumed study proposes what the interrupted one would have.
     """
     if not h.centre[1]:
         return
@@ -608,14 +609,42 @@ def model(h: History) -> Iterator[Batch]:
     rng = np.random.default_rng(len(done))
     tried = [t.params for t in h.finished]
     candidates: list[dict[str, Any]] = []
+    every = h.settings.model_flip_every
     for i in range(h.settings.model_candidates):
-        c = h.active(perturb(h, tops[i % len(tops)], rng))
-        if (not any(same_config(c, x) for x in [*tried, *candidates]) and crashed_choice(c, h.known_crashes) is None
-                and not h.past_oom(c)):
+        top = tops[i % len(tops)]
+        c = h.active(flip(h, top, rng) if every and i % every == every - 1 else perturb(h, top, rng))
+        if (complete(h, c) and not any(same_config(c, x) for x in [*tried, *candidates])
+                and crashed_choice(c, h.known_crashes) is None and not h.past_oom(c)):
             candidates.append(c)
     if candidates:
         gain = gp.expected_improvement(candidates, float(means.max()))
         yield Batch([candidates[int(np.argmax(gain))]], {Attr.PLAN: Plan.MODEL})
+
+
+def flip(h: History, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """``config`` with one of its categorical parameters (a backend, a switch) set to another choice:
+    a small effect that one noisy screen read as nothing, on a centre since moved far, is otherwise
+    tried again only by the sampler's luck."""
+    out = dict(config)
+    names = [n for n in out if isinstance(h.dists.get(n), CategoricalDistribution)]
+    if names:
+        name = names[int(rng.integers(len(names)))]
+        dist = h.dists[name]
+        assert isinstance(dist, CategoricalDistribution)
+        others = [c for c in dist.choices if c != out[name]]
+        if others:
+            out[name] = others[int(rng.integers(len(others)))]
+    return out
+
+
+def complete(h: History, config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` sets every parameter its own values make active (a flip turning graphs on
+    activates the graph batch cap, which the config it came from did not set)."""
+    try:
+        h.suggest(optuna.trial.FixedTrial(dict(config)))
+    except ValueError:
+        return False
+    return True
 
 
 def perturb(h: History, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class Settings:
     model_candidates: int = 256  # changes of the best configs the model's proposal is chosen among
     model_step: float = 0.1  # their numeric moves: a normal step of this fraction of the range
     model_tops: int = 3  # the best configs (by the model) the candidates change
+    # every n-th candidate sets one categorical (a backend, a switch) to another choice instead
+    # (0: numeric moves only; BENCHMARKS.md, fourteenth round)
+    model_flip_every: int = 8
     model_past_oom: bool = True  # the model skips candidates asking more memory than an OOM crash, any cap
     sampler_past_oom: bool = True  # ... and the sampler's proposals that do are told crashed without running
     plan_off: tuple[str, ...] = ()  # sources of the plan left out (PLAN_SOURCES; ``--settings plan_off=revisit,model``)
@@ -101,7 +104,7 @@ class Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-_MAY_BE_ZERO = ("max_skips", "rate_search_steps")  # 0 turns the rule off
+_MAY_BE_ZERO = ("max_skips", "rate_search_steps", "model_flip_every")  # 0 turns the rule off
 
 
 def _boolean(text: str) -> bool:

@@ -780,11 +780,13 @@ def test_expected_improvement_rewards_a_higher_mean_and_more_doubt() -> None:
     assert gain[0] < gain[1] < gain[2]  # far below < at the best < past the best, unmeasured
 
 
-def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
+@pytest.mark.parametrize("flip_every", [DEFAULT.model_flip_every, 1], ids=["default", "flips"])
+def test_after_the_plan_every_other_trial_is_the_models_proposal(flip_every: int) -> None:
     """Once the plan is done and enough trials are near the best, the model proposes every other
-    trial: a config one or two numeric changes from a measured one, never a repeat; the sampler
+    trial: a config one or two numeric changes from a measured one (or, among the candidates that
+    ``model_flip_every`` makes flips, one choice flag set another way), never a repeat; the sampler
     takes the turns between."""
-    space, strategy, study = _started()
+    space, strategy, study = _started(Settings(model_flip_every=flip_every))
     settings = strategy.settings
     backend = {"cutlass": 1.0, "auto": 0.85, "triton": 0.7, "flashinfer_cutlass": 0.8, "flashinfer_trtllm": 0.9}
 
@@ -800,6 +802,7 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
     best = max(t.value for t in done)
     assert sum(t.value >= best * (1 - settings.rank_band) for t in done) >= settings.band_min_points
     numeric = {"--max-running-requests", "--cuda-graph-max-bs-decode", "--mem-fraction-static", "NCCL_MIN_NCHANNELS"}
+    choice = {"--disable-cuda-graph", "--moe-runner-backend"}
     for t in asked:
         if t.user_attrs["strategy"] != "model":
             continue
@@ -807,7 +810,34 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal() -> None:
         earlier = [study.trials[e.number].params for e in asked if e.number < t.number]
         assert config not in earlier
         changes = [{k for k in set(config) | set(e) if config.get(k) != e.get(k)} for e in earlier]
-        assert any(0 < len(c) <= 2 and c <= numeric for c in changes)
+        small = [c for c in changes if 0 < len(c) <= 2 and c <= numeric]
+        # a flip: one choice flag set another way, less what it turned off (graphs off: the graph batch cap)
+        flipped = [c for c, e in zip(changes, earlier, strict=True) if len(c & set(config)) == 1 and c & set(config) <= choice
+                   and c - set(config) <= set(e)]
+        if flip_every == 1:  # every candidate a flip: so is every proposal
+            assert flipped, f"model trial {t.number}: {config}"
+        else:
+            assert small or flipped, f"model trial {t.number}: {config}"
+
+
+def test_a_flip_sets_one_choice_another_way_and_never_leaves_a_parameter_unset() -> None:
+    """`flip` changes one categorical parameter to another of its choices; a flip that turns graphs
+    on from a graphs-off config lacks the graph batch cap that turns on with them, and `complete`
+    keeps it from the candidates."""
+    import numpy as np
+
+    from search.plan import complete, flip
+    space, strategy, study = _started()
+    h = strategy.history(study)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        out = flip(h, space.baseline, rng)
+        changed = [k for k in out if out[k] != space.baseline[k]]
+        assert len(changed) == 1 and changed[0] in ("--disable-cuda-graph", "--moe-runner-backend")
+    graphs_off = h.active({**space.baseline, "--disable-cuda-graph": True})
+    assert "--cuda-graph-max-bs-decode" not in graphs_off and complete(h, graphs_off)
+    assert not complete(h, {**graphs_off, "--disable-cuda-graph": False})
+    assert complete(h, space.baseline)
 
 
 def test_a_config_measured_far_below_the_best_is_not_ranked_first() -> None:
