@@ -611,9 +611,9 @@ def model(h: History) -> Iterator[Batch]:
     candidates: list[dict[str, Any]] = []
     every = h.settings.model_flip_every
     for i in range(h.settings.model_candidates):
-        top = tops[i % len(tops)]
-        c = h.active(flip(h, top, rng) if every and i % every == every - 1 else perturb(h, top, rng))
-        if (complete(h, c) and not any(same_config(c, x) for x in [*tried, *candidates])
+        top, flipping = tops[i % len(tops)], bool(every) and i % every == every - 1
+        c = h.active(flip(h, top, rng) if flipping else perturb(h, top, rng))  # a numeric move keeps every parameter set
+        if ((not flipping or complete(h, c)) and not any(same_config(c, x) for x in [*tried, *candidates])
                 and crashed_choice(c, h.known_crashes) is None and not h.past_oom(c)):
             candidates.append(c)
     if candidates:

@@ -46,6 +46,12 @@ def _in_storage(frame: FrameType | None) -> bool:
     return False
 
 
+def _resend(signum: int) -> None:
+    """Deliver ``signum`` again ``_REDELIVER_S`` from now, from another thread: once the code it
+    landed in (a commit, a finalizer) has returned."""
+    threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+
+
 def _detach_terminal() -> None:
     """After a hang-up the terminal is gone and writing to it fails (EIO): send that output nowhere,
     so that the teardown's messages cannot interrupt the teardown."""
@@ -70,9 +76,9 @@ def _handled() -> tuple[signal.Signals, ...]:
 def stop_signals_as_interrupt() -> Iterator[None]:
     """Within the block, the first stop signal (Ctrl-C or one of `STOP_SIGNALS`) raises
     KeyboardInterrupt; later ones are ignored, so that a second signal (a hang-up after SIGTERM,
-    Ctrl-C pressed twice) cannot cut the teardown short. A stop that
-    Python drops is delivered again (`_SwallowedStop`). Outside the main thread, where Python
-    cannot set handlers, signals are left alone."""
+    Ctrl-C pressed twice) cannot cut the teardown short. A stop that Python drops is delivered
+    again (`_SwallowedStop`). Outside the main thread, where Python cannot set handlers, signals
+    are left alone."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -84,7 +90,7 @@ def stop_signals_as_interrupt() -> Iterator[None]:
         if stop.stopping:
             return
         if _in_storage(frame):  # raised inside a commit, it leaves the storage unusable for the teardown
-            threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+            _resend(signum)
             return
         stop.raised(signal.Signals(signum))
         raise KeyboardInterrupt
@@ -118,5 +124,4 @@ class _SwallowedStop:
             self.previous(unraisable)
             return
         signum, self._signal, self.stopping = self._signal, signal.SIGINT, False
-        # From another thread: sent from here, the handler would run before this hook returns, and be dropped again.
-        threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+        _resend(signum)  # sent from this hook, the handler would run before it returns, and be dropped again
