@@ -184,10 +184,16 @@ class History:
         """``config`` without the parameters its own values make inactive (graphs off: no graph
         batch cap), so it compares equal to the trial that runs it. A config missing a parameter
         it activates is left as it is: the sampler fills that one in."""
+        suggested = self.complete(config)
+        return dict(config) if suggested is None else suggested
+
+    def complete(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        """`active` of a ``config`` that sets every parameter its own values make active, else None
+        (a flip turning graphs on activates the graph batch cap, which the config it came from did not set)."""
         try:
             return self.suggest(optuna.trial.FixedTrial(dict(config)))
         except ValueError:
-            return dict(config)
+            return None
 
     def line(self, centre: Mapping[str, Any], name: str) -> dict[Any, float]:
         """What each value of ``name`` reached on the centre's line: the working trials that differ
@@ -612,8 +618,8 @@ def model(h: History) -> Iterator[Batch]:
     every = h.settings.model_flip_every
     for i in range(h.settings.model_candidates):
         top, flipping = tops[i % len(tops)], bool(every) and i % every == every - 1
-        c = h.active(flip(h, top, rng) if flipping else perturb(h, top, rng))  # a numeric move keeps every parameter set
-        if ((not flipping or complete(h, c)) and not any(same_config(c, x) for x in [*tried, *candidates])
+        c = h.complete(flip(h, top, rng)) if flipping else h.active(perturb(h, top, rng))  # a numeric move keeps every parameter set
+        if (c is not None and not any(same_config(c, x) for x in [*tried, *candidates])
                 and crashed_choice(c, h.known_crashes) is None and not h.past_oom(c)):
             candidates.append(c)
     if candidates:
@@ -635,16 +641,6 @@ def flip(h: History, config: Mapping[str, Any], rng: np.random.Generator) -> dic
         if others:
             out[name] = others[int(rng.integers(len(others)))]
     return out
-
-
-def complete(h: History, config: Mapping[str, Any]) -> bool:
-    """Whether ``config`` sets every parameter its own values make active (a flip turning graphs on
-    activates the graph batch cap, which the config it came from did not set)."""
-    try:
-        h.suggest(optuna.trial.FixedTrial(dict(config)))
-    except ValueError:
-        return False
-    return True
 
 
 def perturb(h: History, config: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:

@@ -823,10 +823,10 @@ def test_after_the_plan_every_other_trial_is_the_models_proposal(flip_every: int
 def test_a_flip_sets_one_choice_another_way_and_never_leaves_a_parameter_unset() -> None:
     """`flip` changes one categorical parameter to another of its choices; a flip that turns graphs
     on from a graphs-off config lacks the graph batch cap that turns on with them, and `complete`
-    keeps it from the candidates."""
+    (`History.complete`) keeps it from the candidates."""
     import numpy as np
 
-    from search.plan import complete, flip
+    from search.plan import flip
     space, strategy, study = _started()
     h = strategy.history(study)
     rng = np.random.default_rng(0)
@@ -835,9 +835,9 @@ def test_a_flip_sets_one_choice_another_way_and_never_leaves_a_parameter_unset()
         changed = [k for k in out if out[k] != space.baseline[k]]
         assert len(changed) == 1 and changed[0] in ("--disable-cuda-graph", "--moe-runner-backend")
     graphs_off = h.active({**space.baseline, "--disable-cuda-graph": True})
-    assert "--cuda-graph-max-bs-decode" not in graphs_off and complete(h, graphs_off)
-    assert not complete(h, {**graphs_off, "--disable-cuda-graph": False})
-    assert complete(h, space.baseline)
+    assert "--cuda-graph-max-bs-decode" not in graphs_off and h.complete(graphs_off) == graphs_off
+    assert h.complete({**graphs_off, "--disable-cuda-graph": False}) is None
+    assert h.complete(space.baseline) == space.baseline
 
 
 def test_a_config_measured_far_below_the_best_is_not_ranked_first() -> None:
